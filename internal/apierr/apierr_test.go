@@ -1,0 +1,50 @@
+package apierr
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/dsecproject/dsec/internal/errdefs"
+)
+
+func TestRoundTrip(t *testing.T) {
+	for _, k := range errdefs.Kinds {
+		err := fmt.Errorf("sandbox x: %w", k)
+		wire := ToConnect(err)
+		var ce *connect.Error
+		if !errors.As(wire, &ce) {
+			t.Fatalf("ToConnect(%v) = %T, want *connect.Error", err, wire)
+		}
+		back := FromConnect(wire)
+		if got := errdefs.Kind(back); got != k {
+			t.Errorf("FromConnect(ToConnect(%v)) kind = %v, want %v", err, got, k)
+		}
+		if back.Error() != err.Error() {
+			t.Errorf("message = %q, want %q", back.Error(), err.Error())
+		}
+	}
+}
+
+func TestRetryHint(t *testing.T) {
+	err := errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted, "node full"), 1500*time.Millisecond)
+	if got := RetryDelay(ToConnect(err)); got != 1500*time.Millisecond {
+		t.Errorf("RetryDelay = %v, want 1.5s", got)
+	}
+}
+
+func TestTableComplete(t *testing.T) {
+	seen := map[connect.Code]bool{}
+	for _, e := range table {
+		if seen[e.code] {
+			t.Errorf("code %v mapped twice", e.code)
+		}
+		seen[e.code] = true
+	}
+	if len(table) != len(errdefs.Kinds) {
+		t.Errorf("table has %d kinds, errdefs has %d", len(table), len(errdefs.Kinds))
+	}
+}
