@@ -1,0 +1,300 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dsecproject/dsec/internal/errdefs"
+)
+
+// Layer is a read-only EROFS layer, addressed by the digest of its bytes.
+type Layer struct {
+	// Digest is "sha256:" and 64 lowercase hex digits (or sha512 and 128).
+	Digest string
+	// Size is its length in bytes.
+	Size      int64
+	MediaType string
+	// CreatedAt is set by PutLayer when zero.
+	CreatedAt time.Time
+}
+
+type layerRecord struct {
+	Version   int       `json:"version"`
+	Digest    string    `json:"digest"`
+	Size      int64     `json:"size"`
+	MediaType string    `json:"media_type,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func (r layerRecord) layer() Layer {
+	return Layer{Digest: r.Digest, Size: r.Size, MediaType: r.MediaType, CreatedAt: r.CreatedAt}
+}
+
+// MaxImageLayers is the most layers an image may have: etcd checks each in
+// the one transaction that writes the image, and it allows 128 operations
+// per transaction by default.
+const MaxImageLayers = 128
+
+var digestRE = regexp.MustCompile(`^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$`)
+
+func validateDigest(d string) error {
+	if !digestRE.MatchString(d) {
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"invalid layer digest %q: want sha256: followed by 64 lowercase hex digits", d)
+	}
+	return nil
+}
+
+// PutLayer records a layer. Recording the same digest again is a no-op that
+// keeps the first record; with another size it is FailedPrecondition, since
+// the same digest cannot name two contents.
+func (s *Store) PutLayer(ctx context.Context, l Layer) error {
+	if err := validateDigest(l.Digest); err != nil {
+		return err
+	}
+	if l.Size < 0 {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "layer %s: negative size %d", l.Digest, l.Size)
+	}
+	if l.CreatedAt.IsZero() {
+		l.CreatedAt = s.now()
+	}
+	op := "put layer " + l.Digest
+	key := s.layerKey(l.Digest)
+	rec := layerRecord{Version: schemaVersion, Digest: l.Digest, Size: l.Size, MediaType: l.MediaType, CreatedAt: l.CreatedAt.UTC()}
+	txn, err := s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, encode(rec))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return storeErr(op, err)
+	}
+	if txn.Succeeded {
+		return nil
+	}
+	kvs := txn.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return errdefs.Newf(errdefs.ErrUnavailable, "%s: the layer was deleted while it was written; retry", op)
+	}
+	var old layerRecord
+	if err := decode(key, kvs[0].Value, &old); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if old.Size != l.Size {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition,
+			"%s: already recorded with size %d, now %d: the layer store is inconsistent", op, old.Size, l.Size)
+	}
+	return nil
+}
+
+// GetLayer returns the layer with digest, or NotFound.
+func (s *Store) GetLayer(ctx context.Context, digest string) (Layer, error) {
+	if err := validateDigest(digest); err != nil {
+		return Layer{}, err
+	}
+	key := s.layerKey(digest)
+	resp, err := s.c.Get(ctx, key)
+	if err != nil {
+		return Layer{}, storeErr("get layer "+digest, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Layer{}, errdefs.Newf(errdefs.ErrNotFound, "layer %s not found", digest)
+	}
+	var rec layerRecord
+	if err := decode(key, resp.Kvs[0].Value, &rec); err != nil {
+		return Layer{}, fmt.Errorf("get layer %s: %w", digest, err)
+	}
+	return rec.layer(), nil
+}
+
+// ListLayers returns every layer, by digest.
+func (s *Store) ListLayers(ctx context.Context) ([]Layer, error) {
+	return list(ctx, s, "list layers", s.layersPrefix(), func(key string, val []byte) (Layer, error) {
+		var rec layerRecord
+		err := decode(key, val, &rec)
+		return rec.layer(), err
+	})
+}
+
+// Image is a named, tagged list of layers and how to run it.
+type Image struct {
+	Name, Tag string
+	// Layers are layer digests, lowest first.
+	Layers []string
+	Config ImageConfig
+	// CreatedAt is set by PutImage when zero.
+	CreatedAt time.Time
+}
+
+// Ref returns the image's NAME:TAG.
+func (i Image) Ref() Ref { return Ref{Name: i.Name, Tag: i.Tag} }
+
+// ImageConfig is what a sandbox started from an image runs with by default.
+type ImageConfig struct {
+	// Env holds KEY=VALUE entries.
+	Env []string
+	// Workdir is an absolute path; empty means "/".
+	Workdir string
+	// User is a user name or uid[:gid]; empty means root.
+	User       string
+	Entrypoint []string
+	Cmd        []string
+}
+
+type imageRecord struct {
+	Version    int       `json:"version"`
+	Name       string    `json:"name"`
+	Tag        string    `json:"tag"`
+	Layers     []string  `json:"layers"`
+	Env        []string  `json:"env,omitempty"`
+	Workdir    string    `json:"workdir,omitempty"`
+	User       string    `json:"user,omitempty"`
+	Entrypoint []string  `json:"entrypoint,omitempty"`
+	Cmd        []string  `json:"cmd,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+func (r imageRecord) image() Image {
+	return Image{
+		Name: r.Name, Tag: r.Tag, Layers: r.Layers, CreatedAt: r.CreatedAt,
+		Config: ImageConfig{Env: r.Env, Workdir: r.Workdir, User: r.User, Entrypoint: r.Entrypoint, Cmd: r.Cmd},
+	}
+}
+
+func validateImage(img Image) error {
+	ref := img.Ref()
+	if err := ref.validate(); err != nil {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "invalid image reference %q: %v", ref, err)
+	}
+	switch n := len(img.Layers); {
+	case n == 0:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "image %s: no layers", ref)
+	case n > MaxImageLayers:
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"image %s: %d layers, at most %d are supported: squash some of them", ref, n, MaxImageLayers)
+	}
+	seen := make(map[string]bool, len(img.Layers))
+	for _, d := range img.Layers {
+		if err := validateDigest(d); err != nil {
+			return fmt.Errorf("image %s: %w", ref, err)
+		}
+		if seen[d] {
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "image %s: layer %s listed twice", ref, d)
+		}
+		seen[d] = true
+	}
+	for _, e := range img.Config.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "image %s: environment entry %q is not KEY=VALUE", ref, e)
+		}
+	}
+	if w := img.Config.Workdir; w != "" && !path.IsAbs(w) {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "image %s: workdir %q is not an absolute path", ref, w)
+	}
+	return nil
+}
+
+// PutImage records an image, replacing an image with the same NAME:TAG. It
+// writes in one transaction that checks every layer exists; a missing layer
+// is FailedPrecondition naming its digest, and nothing is written.
+func (s *Store) PutImage(ctx context.Context, img Image) error {
+	if err := validateImage(img); err != nil {
+		return err
+	}
+	if img.CreatedAt.IsZero() {
+		img.CreatedAt = s.now()
+	}
+	ref := img.Ref()
+	op := "put image " + ref.String()
+	rec := imageRecord{
+		Version: schemaVersion, Name: img.Name, Tag: img.Tag, Layers: img.Layers,
+		Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User,
+		Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, CreatedAt: img.CreatedAt.UTC(),
+	}
+	cmps := make([]clientv3.Cmp, len(img.Layers))
+	gets := make([]clientv3.Op, len(img.Layers))
+	for i, d := range img.Layers {
+		cmps[i] = clientv3.Compare(clientv3.CreateRevision(s.layerKey(d)), ">", 0)
+		gets[i] = clientv3.OpGet(s.layerKey(d), clientv3.WithCountOnly())
+	}
+	txn, err := s.c.Txn(ctx).If(cmps...).Then(clientv3.OpPut(s.imageKey(ref), encode(rec))).Else(gets...).Commit()
+	if err != nil {
+		return storeErr(op, err)
+	}
+	if txn.Succeeded {
+		return nil
+	}
+	for i, r := range txn.Responses {
+		if r.GetResponseRange().Count == 0 {
+			return errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"%s: layer %s not found: push or build the layer before the image that uses it", op, img.Layers[i])
+		}
+	}
+	return errdefs.Newf(errdefs.ErrUnavailable, "%s: a layer changed while the image was written; retry", op)
+}
+
+// GetImage returns the image ref names, or NotFound with a hint.
+func (s *Store) GetImage(ctx context.Context, ref Ref) (Image, error) {
+	if err := ref.validate(); err != nil {
+		return Image{}, errdefs.Newf(errdefs.ErrInvalidArgument, "invalid image reference %q: %v", ref, err)
+	}
+	key := s.imageKey(ref)
+	resp, err := s.c.Get(ctx, key)
+	if err != nil {
+		return Image{}, storeErr("get image "+ref.String(), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Image{}, imageNotFound(ref)
+	}
+	var rec imageRecord
+	if err := decode(key, resp.Kvs[0].Value, &rec); err != nil {
+		return Image{}, fmt.Errorf("get image %s: %w", ref, err)
+	}
+	return rec.image(), nil
+}
+
+func imageNotFound(ref Ref) error {
+	return errdefs.Newf(errdefs.ErrNotFound,
+		"image %s not found: build it with `dsec image build` or list images with `dsec image ls`", ref)
+}
+
+// ListImages returns every image, by name and then tag.
+func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
+	imgs, err := list(ctx, s, "list images", s.imagesPrefix(), func(key string, val []byte) (Image, error) {
+		var rec imageRecord
+		err := decode(key, val, &rec)
+		return rec.image(), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Keys sort "a-b:x" before "a:x"; users expect "a" first.
+	slices.SortFunc(imgs, func(a, b Image) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Tag, b.Tag))
+	})
+	return imgs, nil
+}
+
+// DeleteImage removes the image ref names, or returns NotFound. Its layers
+// stay.
+func (s *Store) DeleteImage(ctx context.Context, ref Ref) error {
+	if err := ref.validate(); err != nil {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "invalid image reference %q: %v", ref, err)
+	}
+	resp, err := s.c.Delete(ctx, s.imageKey(ref))
+	if err != nil {
+		return storeErr("delete image "+ref.String(), err)
+	}
+	if resp.Deleted == 0 {
+		return imageNotFound(ref)
+	}
+	return nil
+}
