@@ -1,0 +1,202 @@
+// Package container is the container backend: Linux namespaces and cgroups
+// through an OCI runtime (crun or runc), with a root file system of
+// overlayfs over read-only EROFS layers. The node's keeper process owns the
+// sandboxes' processes and mounts; this package, in the edge, drives it and
+// does file operations from outside the sandbox through the sandbox's own
+// view of its file system (/proc/<init>/root), never through a daemon
+// inside it.
+package container
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/keeper"
+	"github.com/dsecproject/dsec/internal/rootfs"
+)
+
+// Name is the backend's API name.
+const Name = "container"
+
+// Config configures the backend. The zero value of every field but
+// StateDir works.
+type Config struct {
+	StateDir string
+	// Runtime is "crun", "runc" or a path; default crun if installed.
+	Runtime string
+	// Self is the static dsec binary; default the running executable.
+	Self string
+	// IDMap is the sandboxes' shared host id range; default rootfs.Default.
+	IDMap rootfs.IDMap
+	// CgroupParent is the cgroup holding all sandboxes; default "dsec".
+	CgroupParent string
+	// MaxFileBytes caps one WriteFile; default 1 GiB.
+	MaxFileBytes int64
+	// Version is this build's version, passed to a keeper it starts.
+	Version string
+	Logger  *slog.Logger
+}
+
+// Backend is the container backend.
+type Backend struct {
+	cfg    Config
+	keeper *keeper.Client
+	log    *slog.Logger
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// New connects to the node's keeper, starting one when none runs.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	if cfg.StateDir == "" {
+		return nil, fmt.Errorf("container backend: no state directory")
+	}
+	if cfg.IDMap == (rootfs.IDMap{}) {
+		cfg.IDMap = rootfs.Default
+	}
+	if cfg.MaxFileBytes == 0 {
+		cfg.MaxFileBytes = 1 << 30
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Self == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Self = self
+	}
+	b := &Backend{cfg: cfg, keeper: keeper.NewClient(cfg.StateDir), log: cfg.Logger}
+	if err := b.ensureKeeper(ctx); err != nil {
+		b.keeper.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Backend) ensureKeeper(ctx context.Context) error {
+	v, err := b.keeper.Version(ctx)
+	if err == nil {
+		if v.Protocol != keeper.Protocol {
+			return errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"the node keeper (pid %d) speaks protocol %d, this dsec %d: run `dsec purge` or stop the keeper", v.Pid, v.Protocol, keeper.Protocol)
+		}
+		if v.Version != b.cfg.Version {
+			b.log.Warn("node keeper runs another dsec version", "keeper", v.Version, "edge", b.cfg.Version)
+		}
+		return nil
+	}
+	args := []string{"--uid-base", fmt.Sprint(b.cfg.IDMap.HostID), "--uid-count", fmt.Sprint(b.cfg.IDMap.Size)}
+	if b.cfg.Runtime != "" {
+		args = append(args, "--runtime", b.cfg.Runtime)
+	}
+	if b.cfg.CgroupParent != "" {
+		args = append(args, "--cgroup-parent", b.cfg.CgroupParent)
+	}
+	return keeper.Start(ctx, b.cfg.Self, b.cfg.StateDir, args)
+}
+
+// Name implements sandbox.Backend.
+func (b *Backend) Name() string { return Name }
+
+// Capabilities implements sandbox.Backend.
+func (b *Backend) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{MemoryLimit: true, PidsLimit: true, Restart: true}
+}
+
+// Keeper returns the client of the node's keeper.
+func (b *Backend) Keeper() *keeper.Client { return b.keeper }
+
+// IDMap is the host id range of the sandboxes.
+func (b *Backend) IDMap() rootfs.IDMap { return b.cfg.IDMap }
+
+// Create implements sandbox.Backend.
+func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Status, error) {
+	info, err := b.keeper.Create(ctx, keeper.CreateRequest{ID: spec.ID, Layers: spec.Layers, Resources: spec.Resources})
+	if err != nil {
+		return sandbox.Status{}, err
+	}
+	return status(info), nil
+}
+
+// Delete implements sandbox.Backend.
+func (b *Backend) Delete(ctx context.Context, id string) error {
+	return b.keeper.Delete(ctx, id)
+}
+
+// Status implements sandbox.Backend.
+func (b *Backend) Status(ctx context.Context, id string) (sandbox.Status, error) {
+	info, err := b.keeper.Status(ctx, id)
+	if err != nil {
+		return sandbox.Status{}, err
+	}
+	return status(info), nil
+}
+
+// List implements sandbox.Backend.
+func (b *Backend) List(ctx context.Context) ([]sandbox.Status, error) {
+	infos, err := b.keeper.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandbox.Status, len(infos))
+	for i, info := range infos {
+		out[i] = status(info)
+	}
+	return out, nil
+}
+
+func status(info keeper.SandboxInfo) sandbox.Status {
+	return sandbox.Status{ID: info.ID, State: info.State, Reason: info.Reason, Pid: info.Pid}
+}
+
+// Stats reports a sandbox's resource use.
+func (b *Backend) Stats(ctx context.Context, id string) (keeper.Stats, error) {
+	return b.keeper.Stats(ctx, id)
+}
+
+// StartExec implements sandbox.Backend.
+func (b *Backend) StartExec(ctx context.Context, id string, spec sandbox.ExecSpec) error {
+	return b.keeper.StartExec(ctx, keeper.ExecRequest{Sandbox: id, Spec: spec})
+}
+
+// WaitExec implements sandbox.Backend.
+func (b *Backend) WaitExec(ctx context.Context, id, execID string) (sandbox.ExitStatus, error) {
+	return b.keeper.WaitExec(ctx, id, execID)
+}
+
+// OpenOutput implements sandbox.Backend.
+func (b *Backend) OpenOutput(_ context.Context, id, execID string, s sandbox.Stream) (sandbox.Output, error) {
+	f, err := os.Open(b.keeper.OutputPath(id, execID, s))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, errdefs.Newf(errdefs.ErrNotFound, "exec %s not found in sandbox %s", execID, id)
+		}
+		return nil, err
+	}
+	return output{f}, nil
+}
+
+type output struct{ *os.File }
+
+func (o output) Size() (int64, error) {
+	st, err := o.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// Close releases the keeper connection; sandboxes keep running.
+func (b *Backend) Close() error {
+	b.keeper.Close()
+	return nil
+}
+
+var _ io.ReaderAt = output{}

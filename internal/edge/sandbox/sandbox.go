@@ -1,0 +1,195 @@
+// Package sandbox defines the contract between an edge and its isolation
+// backends (container, and later fncall, microvm, vm) and the domain types
+// they share.
+//
+// Invariants every Backend keeps:
+//   - A sandbox exists from a successful Create until Delete returns nil;
+//     Delete is idempotent and removes everything Create made (processes,
+//     mounts, cgroups, files), also after a crash of the edge.
+//   - Sandboxes outlive the edge process: a new Backend on the same state
+//     directory finds them again through List.
+//   - Exec output is kept by the backend (not by the caller) so that it
+//     survives a restart of the edge, and is readable from any offset.
+//   - File paths are resolved in the sandbox's own view and never escape its
+//     root.
+package sandbox
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"time"
+)
+
+// Backend creates and runs sandboxes of one isolation kind.
+type Backend interface {
+	// Name is the backend's API name ("container").
+	Name() string
+	// Capabilities says which optional behaviours the backend has.
+	Capabilities() Capabilities
+
+	// Create starts a sandbox and returns once its init runs.
+	Create(ctx context.Context, spec Spec) (Status, error)
+	// Delete stops the sandbox and removes all it used. Deleting an unknown
+	// sandbox returns nil.
+	Delete(ctx context.Context, id string) error
+	// Status reports one sandbox; ErrNotFound when the backend has no trace
+	// of it.
+	Status(ctx context.Context, id string) (Status, error)
+	// List reports every sandbox the backend finds on the node, including
+	// ones it made before a restart.
+	List(ctx context.Context) ([]Status, error)
+
+	// StartExec starts a command. Its output goes to storage the backend
+	// owns; read it with OpenOutput and wait for the end with WaitExec.
+	StartExec(ctx context.Context, id string, spec ExecSpec) error
+	// WaitExec blocks until the command ends or ctx is done.
+	WaitExec(ctx context.Context, id, execID string) (ExitStatus, error)
+	// OpenOutput opens one output stream of an exec for reading from any
+	// offset, also while the command still writes it.
+	OpenOutput(ctx context.Context, id, execID string, s Stream) (Output, error)
+
+	// ReadFile opens a regular file in the sandbox.
+	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, FileInfo, error)
+	// WriteFile writes a regular file in the sandbox from r, replacing it.
+	WriteFile(ctx context.Context, id, path string, opts WriteOptions, r io.Reader) (FileInfo, error)
+
+	// Close releases what the backend holds in this process; sandboxes keep
+	// running.
+	Close() error
+}
+
+// Capabilities are the optional behaviours of a backend; the conformance
+// suite runs the cases whose capabilities the backend has.
+type Capabilities struct {
+	MemoryLimit bool // a memory limit is enforced and OOM kills are reported
+	PidsLimit   bool // a limit on processes is enforced
+	Restart     bool // sandboxes survive a restart of the edge process
+}
+
+// Layer is one read-only layer of a sandbox's root file system.
+type Layer struct {
+	// Digest names the layer, "sha256:<hex>".
+	Digest string
+	// Path is a local file holding the layer's EROFS image.
+	Path string
+}
+
+// Resources are a sandbox's limits. Zero means the backend's default.
+type Resources struct {
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+	DiskBytes   int64
+}
+
+// Spec is what Create needs.
+type Spec struct {
+	ID string
+	// Layers of the root file system, lowest first.
+	Layers    []Layer
+	Resources Resources
+	// Env is the image's environment, KEY=VALUE.
+	Env []string
+}
+
+// State is a sandbox's life-cycle state as the backend sees it.
+type State string
+
+// The states a backend reports. The edge adds creating, failed and deleted.
+const (
+	StateRunning State = "running"
+	StateExited  State = "exited"
+)
+
+// Status is what a backend knows of one sandbox.
+type Status struct {
+	ID    string
+	State State
+	// Reason explains an exited state.
+	Reason string
+	// Pid of the sandbox's init on the host, when it runs.
+	Pid int
+}
+
+// Stream names an exec output stream.
+type Stream int
+
+// The output streams.
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+func (s Stream) String() string {
+	switch s {
+	case Stdout:
+		return "stdout"
+	case Stderr:
+		return "stderr"
+	}
+	return "stream?"
+}
+
+// ExecSpec describes one command.
+type ExecSpec struct {
+	// ID is chosen by the caller, unique within the sandbox.
+	ID   string
+	Argv []string
+	// Env is the complete environment, KEY=VALUE.
+	Env []string
+	// Cwd inside the sandbox; "" is /.
+	Cwd string
+	// UID and GID inside the sandbox.
+	UID, GID uint32
+	// Groups are supplementary groups.
+	Groups []uint32
+	// Stdin is written to the command's standard input, which is then
+	// closed. Nil gives an empty stdin.
+	Stdin []byte
+	// Timeout kills the command's process group; zero means none.
+	Timeout time.Duration
+	// OutputLimit caps each output stream; zero means the backend's default.
+	OutputLimit int64
+}
+
+// ExitStatus is how a command ended.
+type ExitStatus struct {
+	// Code is the exit code when the command exited.
+	Code int
+	// Signal is the signal that ended it, or 0.
+	Signal          int
+	TimedOut        bool
+	OOMKilled       bool
+	StdoutTruncated bool
+	StderrTruncated bool
+	Started, Ended  time.Time
+}
+
+// Output is one exec output stream.
+type Output interface {
+	io.ReaderAt
+	// Size is the number of bytes written so far.
+	Size() (int64, error)
+	Close() error
+}
+
+// FileInfo describes a file in a sandbox, owners as seen inside it.
+type FileInfo struct {
+	Path    string
+	Size    int64
+	Mode    fs.FileMode
+	ModTime time.Time
+	UID     uint32
+	GID     uint32
+}
+
+// WriteOptions say how WriteFile creates a file.
+type WriteOptions struct {
+	// Mode is the permission bits; zero means 0644.
+	Mode fs.FileMode
+	// MakeParents creates missing parent directories (0755).
+	MakeParents bool
+	// UID and GID own the file, as seen inside the sandbox.
+	UID, GID uint32
+}

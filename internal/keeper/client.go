@@ -1,0 +1,158 @@
+package keeper
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/errdefs"
+)
+
+// Client talks to the keeper of a state directory.
+type Client struct {
+	Layout
+	http *http.Client
+}
+
+// NewClient returns a client for the keeper of stateDir. It does not
+// connect until the first call.
+func NewClient(stateDir string) *Client {
+	l := Layout{StateDir: stateDir}
+	sock := l.Socket()
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{Layout: l, http: &http.Client{Transport: tr}}
+}
+
+// Close drops idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Version asks the keeper who it is; it fails fast when none runs.
+func (c *Client) Version(ctx context.Context) (Version, error) {
+	var v Version
+	err := c.call(ctx, http.MethodGet, "/v1/version", nil, nil, &v)
+	return v, err
+}
+
+// Create starts a sandbox.
+func (c *Client) Create(ctx context.Context, req CreateRequest) (SandboxInfo, error) {
+	var info SandboxInfo
+	err := c.call(ctx, http.MethodPost, "/v1/sandbox/create", nil, req, &info)
+	return info, err
+}
+
+// Delete stops a sandbox and removes everything it used.
+func (c *Client) Delete(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodPost, "/v1/sandbox/delete", url.Values{"id": {id}}, nil, nil)
+}
+
+// Status reports one sandbox.
+func (c *Client) Status(ctx context.Context, id string) (SandboxInfo, error) {
+	var info SandboxInfo
+	err := c.call(ctx, http.MethodGet, "/v1/sandbox/status", url.Values{"id": {id}}, nil, &info)
+	return info, err
+}
+
+// List reports every sandbox the keeper has.
+func (c *Client) List(ctx context.Context) ([]SandboxInfo, error) {
+	var out []SandboxInfo
+	err := c.call(ctx, http.MethodGet, "/v1/sandbox/list", nil, nil, &out)
+	return out, err
+}
+
+// Stats reports a sandbox's resource use.
+func (c *Client) Stats(ctx context.Context, id string) (Stats, error) {
+	var st Stats
+	err := c.call(ctx, http.MethodGet, "/v1/sandbox/stats", url.Values{"id": {id}}, nil, &st)
+	return st, err
+}
+
+// StartExec starts a command in a sandbox.
+func (c *Client) StartExec(ctx context.Context, req ExecRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/exec/start", nil, req, nil)
+}
+
+// WaitExec waits for a command to end.
+func (c *Client) WaitExec(ctx context.Context, id, execID string) (sandbox.ExitStatus, error) {
+	for {
+		var rec ExitRecord
+		// Long polls end after a while so that dead connections are noticed.
+		err := c.call(ctx, http.MethodGet, "/v1/exec/wait", url.Values{"sandbox": {id}, "exec": {execID}, "timeout": {"30s"}}, nil, &rec)
+		if errors.Is(err, errPollAgain) {
+			continue
+		}
+		return rec.ExitStatus, err
+	}
+}
+
+// Shutdown asks the keeper to exit. With kill, it first deletes every
+// sandbox; without, sandboxes keep running (unowned) until a new keeper
+// adopts them.
+func (c *Client) Shutdown(ctx context.Context, kill bool) error {
+	q := url.Values{}
+	if kill {
+		q.Set("kill", "1")
+	}
+	return c.call(ctx, http.MethodPost, "/v1/shutdown", q, nil, nil)
+}
+
+var errPollAgain = errors.New("poll again")
+
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	u := "http://keeper" + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errdefs.Newf(errdefs.ErrUnavailable, "node keeper at %s does not answer (%v): restart `dsec up`", c.Socket(), err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusAccepted:
+		return errPollAgain
+	case resp.StatusCode >= 300:
+		var w wireError
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&w); err != nil {
+			return fmt.Errorf("keeper %s: HTTP %d", path, resp.StatusCode)
+		}
+		return w.decode()
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("keeper %s: decode reply: %w", path, err)
+	}
+	return nil
+}

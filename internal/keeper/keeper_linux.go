@@ -1,0 +1,425 @@
+package keeper
+
+import (
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsecproject/dsec/internal/cgroup"
+	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/nsexec"
+	"github.com/dsecproject/dsec/internal/rootfs"
+)
+
+// Config configures a keeper. The zero value of every field but StateDir
+// works.
+type Config struct {
+	StateDir string
+	// Runtime is the OCI runtime: "crun", "runc" or a path to one of them.
+	// Default: crun when installed, else runc.
+	Runtime string
+	// Self is the dsec binary, statically linked: the sandboxes' init and
+	// the exec helper. Default: the running executable.
+	Self string
+	// IDMap is the host id range sandboxes share. Default rootfs.Default.
+	IDMap rootfs.IDMap
+	// CgroupParent holds every sandbox's cgroup. Default "dsec".
+	CgroupParent string
+	// OutputLimit caps each exec output stream. Default 16 MiB.
+	OutputLimit int64
+	// Version is reported to clients.
+	Version string
+	Logger  *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.StateDir == "" {
+		return errors.New("keeper: no state directory")
+	}
+	if c.Self == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find own executable: %w", err)
+		}
+		c.Self = self
+	}
+	if c.IDMap == (rootfs.IDMap{}) {
+		c.IDMap = rootfs.Default
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = "dsec"
+	}
+	if c.OutputLimit == 0 {
+		c.OutputLimit = 16 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	rt, err := FindRuntime(c.Runtime)
+	if err != nil {
+		return err
+	}
+	c.Runtime = rt
+	return nil
+}
+
+// FindRuntime resolves a runtime name or path; "" prefers crun.
+func FindRuntime(name string) (string, error) {
+	cands := []string{name}
+	if name == "" {
+		cands = []string{"crun", "runc"}
+	}
+	for _, c := range cands {
+		if p, err := exec.LookPath(c); err == nil {
+			return p, nil
+		}
+	}
+	if name == "" {
+		name = "crun or runc"
+	}
+	return "", errdefs.Newf(errdefs.ErrFailedPrecondition,
+		"OCI runtime %s not found: install it (apt-get install crun) or pass --runtime", name)
+}
+
+// Keeper is a running keeper.
+type Keeper struct {
+	cfg    Config
+	l      Layout
+	log    *slog.Logger
+	reaper *reaper
+	cg     *cgroup.Manager
+	layers *rootfs.Layers
+	userns *os.File
+	self   *os.File // the dsec binary, passed to the runtime for the init
+	lock   *os.File
+
+	mu sync.Mutex
+	// guarded by mu
+	boxes map[string]*box
+}
+
+// Run runs the keeper until ctx ends or a client asks it to shut down. It
+// must be started in a mount namespace of its own (Start does that).
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	k := &Keeper{cfg: cfg, l: Layout{StateDir: cfg.StateDir}, log: cfg.Logger, boxes: map[string]*box{}}
+	if err := k.setup(); err != nil {
+		k.teardown()
+		return err
+	}
+	defer k.teardown()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	return k.serve(ctx, stop)
+}
+
+func (k *Keeper) setup() error {
+	if err := os.MkdirAll(k.l.RunDir(), 0o700); err != nil {
+		return err
+	}
+	// Sandbox roots are mounted below these; runtimes set them up as the
+	// sandbox's unprivileged root, which must be able to traverse the path.
+	for _, d := range []string{k.cfg.StateDir, k.l.SandboxesDir()} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return err
+		}
+	}
+	lock, err := os.OpenFile(filepath.Join(k.l.RunDir(), "keeper.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	k.lock = lock
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return errdefs.Newf(errdefs.ErrAlreadyExists, "another keeper runs for %s", k.cfg.StateDir)
+	}
+	same, err := sameMountNS()
+	if err != nil {
+		return err
+	}
+	if same {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "the keeper must run in a mount namespace of its own; it is started by `dsec up`")
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("become child subreaper: %w", err)
+	}
+	if err := checkStatic(k.cfg.Self); err != nil {
+		return err
+	}
+	self, err := os.Open(k.cfg.Self)
+	if err != nil {
+		return fmt.Errorf("open dsec binary: %w", err)
+	}
+	k.self = self
+	if err := hideCgroup2(k.l.RunDir()); err != nil {
+		return err
+	}
+	layout, err := cgroup.DetectLayout()
+	if err != nil {
+		return fmt.Errorf("detect cgroups: %w", err)
+	}
+	k.cg, err = cgroup.New(cgroup.Config{Parent: k.cfg.CgroupParent, Layout: layout})
+	if err != nil {
+		return err
+	}
+	// The user namespace must be made before the reaper runs, which would
+	// otherwise reap its helper.
+	k.userns, err = rootfs.NewUserns(k.cfg.IDMap, k.cfg.Self, nsexec.InitEnv())
+	if err != nil {
+		return err
+	}
+	k.layers, err = rootfs.NewLayers(filepath.Join(k.l.RunDir(), "layers"), k.userns, k.log)
+	if err != nil {
+		return err
+	}
+	k.reaper = newReaper()
+	k.adopt()
+	return nil
+}
+
+func (k *Keeper) teardown() {
+	if k.reaper != nil {
+		k.reaper.close()
+	}
+	for _, f := range []*os.File{k.userns, k.self, k.lock} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (k *Keeper) serve(ctx context.Context, stop func()) error {
+	sock := k.l.Socket()
+	_ = os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", sock, err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ln.Close()
+		return err
+	}
+	srv := &http.Server{Handler: k.handler(stop), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	k.log.Info("keeper ready", "socket", sock, "runtime", k.cfg.Runtime, "pid", os.Getpid())
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	<-errc
+	return nil
+}
+
+// parentMountNSEnv carries the mount namespace of the process that
+// started the keeper, which the keeper's own must differ from.
+const parentMountNSEnv = "DSEC_KEEPER_PARENT_MNTNS"
+
+func mountNS() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/mnt", &st); err != nil {
+		return "", fmt.Errorf("read own mount namespace: %w", err)
+	}
+	return fmt.Sprintf("%d:%d", st.Dev, st.Ino), nil
+}
+
+// sameMountNS reports whether the keeper shares its starter's mount
+// namespace (or was not started by Start at all).
+func sameMountNS() (bool, error) {
+	own, err := mountNS()
+	if err != nil {
+		return false, err
+	}
+	parent := os.Getenv(parentMountNSEnv)
+	return parent == "" || parent == own, nil
+}
+
+// checkStatic refuses a dynamically linked dsec binary: it must also run
+// as the init inside root file systems that have no C library.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("read dsec binary %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"%s is dynamically linked; the keeper needs the static build (`make build`)", path)
+		}
+	}
+	return nil
+}
+
+// hideCgroup2 moves a hybrid host's cgroup2 mount (/sys/fs/cgroup/unified)
+// out of the way inside the keeper's mount namespace: crun refuses hybrid
+// hosts, and the keeper still reaches cgroup2 (for kill, freeze and events)
+// at its new place. The host's own mounts are not touched.
+func hideCgroup2(runDir string) error {
+	const unified = "/sys/fs/cgroup/unified"
+	var st unix.Statfs_t
+	if err := unix.Statfs(unified, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return nil
+	}
+	dst := filepath.Join(runDir, "cgroup2")
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	if err := unix.Mount(unified, dst, "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("move cgroup2 mount in the keeper's namespace: %w", err)
+	}
+	return nil
+}
+
+// adopt finds sandboxes a previous keeper started, and removes what is
+// left of sandboxes that were never finished (no keeper.json) and cgroups
+// that belong to no sandbox.
+func (k *Keeper) adopt() {
+	ents, _ := os.ReadDir(k.l.SandboxesDir())
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(k.l.SandboxDir(e.Name()), "keeper.json"))
+		if err != nil {
+			if validID(e.Name()) == nil {
+				k.log.Info("removing unfinished sandbox", "id", e.Name())
+				k.destroy(context.Background(), &box{info: SandboxInfo{ID: e.Name()}, exited: closedChan()})
+			}
+			continue
+		}
+		var info SandboxInfo
+		if err := json.Unmarshal(b, &info); err != nil || info.ID != e.Name() {
+			continue
+		}
+		bx := &box{info: info, exited: make(chan struct{})}
+		bx.info.Adopted = true
+		if st, err := ProcStartTime(info.Pid); err != nil || st != info.StartTime {
+			bx.markExited("the sandbox's init ended while no keeper ran")
+		} else {
+			go k.watchAdopted(bx)
+		}
+		k.boxes[info.ID] = bx
+		k.log.Info("adopted sandbox", "id", info.ID, "state", bx.info.State)
+	}
+	groups, err := k.cg.List()
+	if err != nil {
+		k.log.Warn("list cgroups", "err", err)
+		return
+	}
+	for _, g := range groups {
+		if _, ok := k.boxes[g]; ok {
+			continue
+		}
+		k.log.Info("removing orphaned cgroup", "name", g)
+		if err := k.cg.Delete(context.Background(), g); err != nil {
+			k.log.Warn("remove orphaned cgroup", "name", g, "err", err)
+		}
+	}
+}
+
+// watchAdopted waits for an adopted init (not our child) to exit.
+func (k *Keeper) watchAdopted(bx *box) {
+	fd, err := unix.PidfdOpen(bx.info.Pid, 0)
+	if err != nil {
+		bx.markExited("init gone")
+		return
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if err == nil || !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	bx.markExited("init exited")
+}
+
+// ProcStartTime reads a process's start time, field 22 of /proc/PID/stat.
+func ProcStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	var v uint64
+	_, err = fmt.Sscan(f[19], &v)
+	return v, err
+}
+
+// Start starts a keeper for stateDir in the background, in its own session
+// and mount namespace, running `self keeper` with args, and waits until it
+// answers. The keeper is not the caller's child for long: it outlives it.
+func Start(ctx context.Context, self, stateDir string, args []string) error {
+	l := Layout{StateDir: stateDir}
+	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o700); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(stateDir, "logs", "keeper.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, append([]string{"keeper", "--state-dir", stateDir}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	ns, err := mountNS()
+	if err != nil {
+		return err
+	}
+	cmd.Env = append(os.Environ(), "GOTRACEBACK=crash", parentMountNSEnv+"="+ns)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Unshareflags: syscall.CLONE_NEWNS}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start keeper: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	c := NewClient(stateDir)
+	defer c.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		vctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := c.Version(vctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case werr := <-exited:
+			return errdefs.Newf(errdefs.ErrUnavailable, "keeper exited at start (%v); see %s", werr, filepath.Join(l.StateDir, "logs", "keeper.log"))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errdefs.Newf(errdefs.ErrUnavailable, "keeper did not answer within 15s; see %s", filepath.Join(l.StateDir, "logs", "keeper.log"))
+		}
+	}
+}

@@ -1,0 +1,390 @@
+package keeper
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/cgroup"
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/nsexec"
+	"github.com/dsecproject/dsec/internal/oci"
+	"github.com/dsecproject/dsec/internal/rootfs"
+)
+
+// box is one sandbox in the keeper.
+type box struct {
+	// op serialises create, delete and exec starts on this sandbox.
+	op sync.Mutex
+
+	mu sync.Mutex
+	// guarded by mu
+	info     SandboxInfo
+	layers   []string // digests acquired, lowest first
+	mounted  bool     // root overlay mounted in our namespace
+	deleting bool
+	execs    map[string]*execProc
+
+	exited     chan struct{} // closed when the init has ended
+	exitedOnce sync.Once
+}
+
+func (b *box) markExited(reason string) {
+	b.exitedOnce.Do(func() {
+		b.mu.Lock()
+		b.info.State = sandbox.StateExited
+		if b.info.Reason == "" {
+			b.info.Reason = reason
+		}
+		b.mu.Unlock()
+		close(b.exited)
+	})
+}
+
+func (b *box) snapshot() SandboxInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.info
+}
+
+// paths of one sandbox's directory.
+type boxPaths struct{ dir string }
+
+func (p boxPaths) bundle() string { return filepath.Join(p.dir, "bundle") }
+func (p boxPaths) rootfs() string { return filepath.Join(p.dir, "rootfs") }
+func (p boxPaths) upper() string  { return filepath.Join(p.dir, "upper") }
+func (p boxPaths) work() string   { return filepath.Join(p.dir, "work") }
+
+func (k *Keeper) lookup(id string) (*box, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	b, ok := k.boxes[id]
+	if !ok {
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s not found on this node", id)
+	}
+	return b, nil
+}
+
+func validID(id string) error {
+	if !cgroup.ValidName(id) || len(id) > 63 || strings.ContainsAny(id, "._") {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "sandbox id %q is not a DNS label", id)
+	}
+	return nil
+}
+
+func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInfo, err error) {
+	if err := validID(req.ID); err != nil {
+		return info, err
+	}
+	if len(req.Layers) == 0 {
+		return info, errdefs.Newf(errdefs.ErrInvalidArgument, "sandbox %s: no layers", req.ID)
+	}
+	b := &box{
+		info:   SandboxInfo{ID: req.ID, State: "creating", Created: time.Now().UTC()},
+		exited: make(chan struct{}),
+		execs:  map[string]*execProc{},
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	k.mu.Lock()
+	if _, ok := k.boxes[req.ID]; ok {
+		k.mu.Unlock()
+		return info, errdefs.Newf(errdefs.ErrAlreadyExists, "sandbox %s exists", req.ID)
+	}
+	k.boxes[req.ID] = b
+	k.mu.Unlock()
+	defer func() {
+		if err != nil {
+			k.destroy(context.WithoutCancel(ctx), b)
+			k.mu.Lock()
+			delete(k.boxes, req.ID)
+			k.mu.Unlock()
+		}
+	}()
+
+	p := boxPaths{dir: k.l.SandboxDir(req.ID)}
+	for _, d := range []string{p.bundle(), p.rootfs(), p.upper(), p.work(), filepath.Join(p.dir, "execs")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return info, fmt.Errorf("sandbox dir: %w", err)
+		}
+	}
+	root := int(k.cfg.IDMap.HostID)
+	if err := os.Chown(p.upper(), root, root); err != nil {
+		return info, fmt.Errorf("sandbox dir: %w", err)
+	}
+	if err := os.Chmod(p.upper(), 0o755); err != nil {
+		return info, fmt.Errorf("sandbox dir: %w", err)
+	}
+	if err := os.Chmod(p.dir, 0o711); err != nil {
+		return info, fmt.Errorf("sandbox dir: %w", err)
+	}
+
+	lowers := make([]string, 0, len(req.Layers))
+	for i := len(req.Layers) - 1; i >= 0; i-- { // overlay wants the top first
+		l := req.Layers[i]
+		view, err := k.layers.Acquire(l.Digest, l.Path)
+		if err != nil {
+			return info, err
+		}
+		b.mu.Lock()
+		b.layers = append(b.layers, l.Digest)
+		b.mu.Unlock()
+		lowers = append(lowers, view)
+	}
+	if err := rootfs.Overlay(p.rootfs(), p.upper(), p.work(), lowers); err != nil {
+		return info, err
+	}
+	b.mu.Lock()
+	b.mounted = true
+	b.mu.Unlock()
+
+	res := cgroup.Resources{MemoryBytes: req.Resources.MemoryBytes, CPUs: req.Resources.CPUs, Pids: req.Resources.Pids}
+	if err := k.cg.Create(req.ID, res); err != nil {
+		return info, fmt.Errorf("sandbox cgroup: %w", err)
+	}
+	spec := oci.New(oci.Options{
+		Rootfs:      p.rootfs(),
+		Hostname:    req.ID,
+		Args:        []string{"/proc/self/fd/3"},
+		Env:         nsexec.InitEnv(),
+		HostUID:     k.cfg.IDMap.HostID,
+		HostGID:     k.cfg.IDMap.HostID,
+		Size:        k.cfg.IDMap.Size,
+		CgroupsPath: "/" + k.cfg.CgroupParent + "/" + req.ID,
+		Caps:        nsexec.CapNames(nsexec.DefaultCaps),
+	})
+	if err := oci.WriteBundle(p.bundle(), spec); err != nil {
+		return info, err
+	}
+	pid, err := k.runtimeRun(ctx, req.ID, p)
+	if err != nil {
+		return info, err
+	}
+	exitCh := k.reaper.watch(pid)
+	st, err := ProcStartTime(pid)
+	if err != nil {
+		return info, fmt.Errorf("sandbox init ended at start: %w", err)
+	}
+	if err := k.cg.Add(req.ID, pid); err != nil {
+		// crun and runc put the init in the v1 groups; this adds the
+		// cgroup2 group of hybrid hosts.
+		return info, fmt.Errorf("sandbox cgroup: %w", err)
+	}
+	b.mu.Lock()
+	b.info.Pid = pid
+	b.info.StartTime = st
+	b.info.State = sandbox.StateRunning
+	info = b.info
+	b.mu.Unlock()
+	if err := writeJSON(filepath.Join(p.dir, "keeper.json"), info); err != nil {
+		return info, err
+	}
+	go func() {
+		ws := <-exitCh
+		b.markExited(describeWait(ws, "init"))
+	}()
+	return info, nil
+}
+
+// runtimeRun runs the OCI runtime's `run --detach` and returns the init's
+// pid. The init is the dsec binary (fd 3), which the runtime keeps open for
+// it with --preserve-fds.
+func (k *Keeper) runtimeRun(ctx context.Context, id string, p boxPaths) (int, error) {
+	pidFile := filepath.Join(p.bundle(), "init.pid")
+	out, err := k.runtime(ctx, []uintptr{k.self.Fd()},
+		"run", "--detach", "--preserve-fds", "1", "--pid-file", pidFile, "--bundle", p.bundle(), id)
+	if err != nil {
+		return 0, fmt.Errorf("start sandbox %s: %w: %s", id, err, out)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, fmt.Errorf("start sandbox %s: read init pid: %w", id, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("start sandbox %s: bad init pid %q", id, b)
+	}
+	return pid, nil
+}
+
+// runtime runs the OCI runtime with extra fds from 3 on and returns its
+// combined output.
+func (k *Keeper) runtime(ctx context.Context, extra []uintptr, args ...string) (string, error) {
+	outf, err := os.CreateTemp(k.l.RunDir(), "runtime-*.out")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(outf.Name())
+	defer outf.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return "", err
+	}
+	defer devnull.Close()
+	argv := append([]string{k.cfg.Runtime, "--root", filepath.Join(k.l.RunDir(), filepath.Base(k.cfg.Runtime))}, args...)
+	files := append([]uintptr{devnull.Fd(), outf.Fd(), outf.Fd()}, extra...)
+	pid, ch, err := k.reaper.startProcess(argv, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, files, &syscall.SysProcAttr{}, "")
+	if err != nil {
+		return "", fmt.Errorf("run %s: %w", k.cfg.Runtime, err)
+	}
+	var ws syscall.WaitStatus
+	select {
+	case ws = <-ch:
+	case <-ctx.Done():
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		ws = <-ch
+	}
+	b, _ := os.ReadFile(outf.Name())
+	msg := strings.TrimSpace(string(bytes.ToValidUTF8(b, nil)))
+	if ws.Exited() && ws.ExitStatus() == 0 {
+		return msg, nil
+	}
+	return msg, fmt.Errorf("%s %s: %s", filepath.Base(k.cfg.Runtime), args[0], describeWait(ws, "runtime"))
+}
+
+func describeWait(ws syscall.WaitStatus, what string) string {
+	switch {
+	case ws.Exited():
+		return fmt.Sprintf("%s exited with code %d", what, ws.ExitStatus())
+	case ws.Signaled():
+		return fmt.Sprintf("%s killed by signal %d (%s)", what, int(ws.Signal()), ws.Signal())
+	}
+	return fmt.Sprintf("%s ended (status %#x)", what, int(ws))
+}
+
+func (k *Keeper) delete(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	b, err := k.lookup(id)
+	if errdefs.Is(err, errdefs.ErrNotFound) {
+		// Nothing in memory: remove whatever is left on disk.
+		k.destroy(ctx, &box{info: SandboxInfo{ID: id}, exited: closedChan()})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.deleting = true
+	b.mu.Unlock()
+	b.op.Lock()
+	defer b.op.Unlock()
+	k.destroy(ctx, b)
+	k.mu.Lock()
+	if k.boxes[id] == b {
+		delete(k.boxes, id)
+	}
+	k.mu.Unlock()
+	return nil
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// destroy removes everything of a sandbox, in reverse order of creation;
+// every step is idempotent so that a half-made sandbox is removed too.
+func (k *Keeper) destroy(ctx context.Context, b *box) {
+	id := b.info.ID
+	log := k.log.With("sandbox", id)
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := k.cg.Kill(kctx, id); err != nil {
+		log.Warn("kill sandbox processes", "err", err)
+	}
+	b.mu.Lock()
+	started := b.info.Pid > 0
+	b.mu.Unlock()
+	if started {
+		select {
+		case <-b.exited:
+		case <-time.After(5 * time.Second):
+			log.Warn("sandbox init did not end after kill")
+		}
+	}
+	if out, err := k.runtime(kctx, nil, "delete", "--force", id); err != nil && !strings.Contains(out, "not exist") && !strings.Contains(out, "not found") {
+		log.Warn("runtime delete", "err", err, "output", out)
+	}
+	p := boxPaths{dir: k.l.SandboxDir(id)}
+	if err := rootfs.Unmount(p.rootfs()); err != nil {
+		log.Warn("unmount sandbox root", "err", err)
+	}
+	b.mu.Lock()
+	layers := b.layers
+	b.layers = nil
+	b.mounted = false
+	b.mu.Unlock()
+	for _, d := range layers {
+		k.layers.Release(d)
+	}
+	if err := k.cg.Delete(kctx, id); err != nil {
+		log.Warn("remove sandbox cgroup", "err", err)
+	}
+	if err := os.RemoveAll(p.dir); err != nil {
+		log.Warn("remove sandbox dir", "err", err)
+	}
+}
+
+func (k *Keeper) list() []SandboxInfo {
+	k.mu.Lock()
+	boxes := make([]*box, 0, len(k.boxes))
+	for _, b := range k.boxes {
+		boxes = append(boxes, b)
+	}
+	k.mu.Unlock()
+	out := make([]SandboxInfo, 0, len(boxes))
+	for _, b := range boxes {
+		out = append(out, b.snapshot())
+	}
+	return out
+}
+
+func (k *Keeper) stats(id string) (Stats, error) {
+	if _, err := k.lookup(id); err != nil {
+		return Stats{}, err
+	}
+	s, err := k.cg.Stats(id)
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{
+		MemoryBytes: s.MemoryBytes, MemoryLimit: s.MemoryLimit, CPUUsage: s.CPUUsage,
+		Pids: s.Pids, PidsLimit: s.PidsLimit, OOMKills: uint64(s.OOMKills),
+	}, nil
+}
+
+// shutdown optionally deletes every sandbox before the keeper exits.
+func (k *Keeper) shutdown(ctx context.Context, kill bool) {
+	if !kill {
+		return
+	}
+	for _, info := range k.list() {
+		if err := k.delete(ctx, info.ID); err != nil {
+			k.log.Warn("delete sandbox at shutdown", "sandbox", info.ID, "err", err)
+		}
+	}
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,110 @@
+package keeper
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/errdefs"
+)
+
+func (k *Keeper) handler(stop func()) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, Version{Protocol: Protocol, Version: k.cfg.Version, Pid: os.Getpid(), Runtime: filepath.Base(k.cfg.Runtime)}, nil)
+	})
+	mux.HandleFunc("POST /v1/sandbox/create", func(w http.ResponseWriter, r *http.Request) {
+		var req CreateRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		info, err := k.create(r.Context(), req)
+		reply(w, info, err)
+	})
+	mux.HandleFunc("POST /v1/sandbox/delete", func(w http.ResponseWriter, r *http.Request) {
+		// Deletion finishes even if the caller goes away.
+		reply(w, nil, k.delete(context.WithoutCancel(r.Context()), r.URL.Query().Get("id")))
+	})
+	mux.HandleFunc("GET /v1/sandbox/status", func(w http.ResponseWriter, r *http.Request) {
+		b, err := k.lookup(r.URL.Query().Get("id"))
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, b.snapshot(), nil)
+	})
+	mux.HandleFunc("GET /v1/sandbox/list", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, k.list(), nil)
+	})
+	mux.HandleFunc("GET /v1/sandbox/stats", func(w http.ResponseWriter, r *http.Request) {
+		st, err := k.stats(r.URL.Query().Get("id"))
+		reply(w, st, err)
+	})
+	mux.HandleFunc("POST /v1/exec/start", func(w http.ResponseWriter, r *http.Request) {
+		var req ExecRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, nil, k.startExec(r.Context(), req))
+	})
+	mux.HandleFunc("GET /v1/exec/wait", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		timeout, err := time.ParseDuration(q.Get("timeout"))
+		if err != nil || timeout <= 0 || timeout > 5*time.Minute {
+			timeout = 30 * time.Second
+		}
+		rec, ok, err := k.waitExec(r.Context(), q.Get("sandbox"), q.Get("exec"), timeout)
+		if err == nil && !ok {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		reply(w, rec, err)
+	})
+	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
+		k.shutdown(context.WithoutCancel(r.Context()), r.URL.Query().Get("kill") == "1")
+		reply(w, nil, nil)
+		stop()
+	})
+	return mux
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "keeper request: %v", err)
+	}
+	return nil
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		status := http.StatusInternalServerError
+		switch errdefs.Kind(err) {
+		case errdefs.ErrNotFound:
+			status = http.StatusNotFound
+		case errdefs.ErrInvalidArgument:
+			status = http.StatusBadRequest
+		case errdefs.ErrAlreadyExists, errdefs.ErrFailedPrecondition:
+			status = http.StatusConflict
+		case errdefs.ErrResourceExhausted:
+			status = http.StatusTooManyRequests
+		case errdefs.ErrUnavailable:
+			status = http.StatusServiceUnavailable
+		}
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(encodeError(err))
+		return
+	}
+	if v == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	_ = json.NewEncoder(w).Encode(v)
+}

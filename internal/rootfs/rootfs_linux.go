@@ -1,0 +1,221 @@
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Layers mounts layers once per node, reference counted.
+type Layers struct {
+	dir    string
+	userns *os.File // a user namespace with the shared mapping
+	log    *slog.Logger
+
+	mu sync.Mutex
+	// guarded by mu
+	refs map[string]int // short name → users
+}
+
+// NewLayers prepares dir to hold layer mounts. userns is an open user
+// namespace file (/proc/PID/ns/user) whose mapping idmapped views take; the
+// caller keeps it open while Layers is used. Mounts left by an earlier
+// process under dir are removed.
+func NewLayers(dir string, userns *os.File, log *slog.Logger) (*Layers, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("layer mount dir: %w", err)
+	}
+	l := &Layers{dir: dir, userns: userns, log: log, refs: map[string]int{}}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("layer mount dir: %w", err)
+	}
+	for _, e := range ents {
+		l.unmountLayer(e.Name())
+	}
+	return l, nil
+}
+
+// Acquire mounts the layer (if no sandbox uses it yet) and returns the path
+// of its idmapped view.
+func (l *Layers) Acquire(digest, image string) (string, error) {
+	name, err := shortName(digest)
+	if err != nil {
+		return "", err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	view := filepath.Join(l.dir, name, "v")
+	if l.refs[name] > 0 {
+		l.refs[name]++
+		return view, nil
+	}
+	if err := l.mountLayer(name, image); err != nil {
+		l.unmountLayer(name)
+		return "", err
+	}
+	l.refs[name] = 1
+	return view, nil
+}
+
+// Release drops one use of the layer and unmounts it when none is left.
+func (l *Layers) Release(digest string) {
+	name, err := shortName(digest)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch n := l.refs[name]; {
+	case n > 1:
+		l.refs[name] = n - 1
+	case n == 1:
+		delete(l.refs, name)
+		l.unmountLayer(name)
+	}
+}
+
+// Mounted returns the number of layers mounted now.
+func (l *Layers) Mounted() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.refs)
+}
+
+func (l *Layers) mountLayer(name, image string) error {
+	base := filepath.Join(l.dir, name)
+	raw, view := filepath.Join(base, "r"), filepath.Join(base, "v")
+	for _, d := range []string{raw, view} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("mount layer %s: %w", name, err)
+		}
+	}
+	if err := mountRetry(image, raw, "erofs", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+		return fmt.Errorf("mount EROFS layer %s: %w (is the image a valid EROFS file?)", name, err)
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, raw, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("idmap layer %s: open_tree: %w", name, err)
+	}
+	defer unix.Close(tree)
+	attr := &unix.MountAttr{
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV,
+		Userns_fd: uint64(l.userns.Fd()),
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("idmap layer %s: mount_setattr: %w", name, err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, view, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("idmap layer %s: move_mount: %w", name, err)
+	}
+	return nil
+}
+
+// unmountLayer removes a layer's mounts and directories; it is idempotent.
+func (l *Layers) unmountLayer(name string) {
+	base := filepath.Join(l.dir, name)
+	for _, d := range []string{filepath.Join(base, "v"), filepath.Join(base, "r")} {
+		if err := Unmount(d); err != nil {
+			l.log.Warn("unmount layer", "dir", d, "err", err)
+		}
+	}
+	if err := os.RemoveAll(base); err != nil {
+		l.log.Warn("remove layer dir", "dir", base, "err", err)
+	}
+}
+
+// Overlay mounts a sandbox root at target: lowers (highest first, as
+// overlayfs wants them) under upper, with work as overlay's work dir. upper
+// and work must be empty or hold an earlier mount's state.
+func Overlay(target, upper, work string, lowersTopFirst []string) error {
+	for _, l := range lowersTopFirst {
+		if strings.ContainsAny(l, ",:\\") {
+			return fmt.Errorf("overlay lower %q: path has a character overlayfs cannot take", l)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off",
+		strings.Join(lowersTopFirst, ":"), upper, work)
+	if len(opts) >= os.Getpagesize() {
+		return fmt.Errorf("overlay: %d layers make the mount options too long", len(lowersTopFirst))
+	}
+	if err := mountRetry("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount overlay root: %w", err)
+	}
+	return nil
+}
+
+// Unmount detaches the mount at path if one is there; no mount is success.
+func Unmount(path string) error {
+	for {
+		err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		switch {
+		case err == nil:
+			continue // stacked mounts: take them all
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			return nil // not a mount point (any more)
+		default:
+			return fmt.Errorf("unmount %s: %w", path, err)
+		}
+	}
+}
+
+func mountRetry(src, dst, fstype string, flags uintptr, data string) error {
+	for {
+		err := unix.Mount(src, dst, fstype, flags, data)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// NewUserns creates a user namespace with the mapping m and returns it
+// open; the process that made it is gone when NewUserns returns. helper
+// must be a program that waits (it is started, the namespace file opened,
+// then it is killed and reaped).
+func NewUserns(m IDMap, helper string, env []string) (*os.File, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	attr := &syscall.ProcAttr{
+		Env:   env,
+		Files: []uintptr{r.Fd(), ^uintptr(0), ^uintptr(0)},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.HostID), Size: int(m.Size)}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.HostID), Size: int(m.Size)}},
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+	pid, err := syscall.ForkExec(helper, []string{"dsec-userns"}, attr)
+	w.Close()
+	if err != nil {
+		return nil, fmt.Errorf("create user namespace: %w", err)
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	var ws syscall.WaitStatus
+	for {
+		_, werr := syscall.Wait4(pid, &ws, 0, nil)
+		if !errors.Is(werr, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open user namespace: %w", err)
+	}
+	return f, nil
+}
