@@ -1,0 +1,374 @@
+// Package apiserver is the only door to dsec: it authenticates API keys,
+// authorises by project, validates requests and forwards them to the edge
+// that owns a sandbox (named in the sandbox's ID) or, for new sandboxes, to
+// the node placement picks. It keeps no per-sandbox state, so any number of
+// replicas can serve any request.
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/dsecproject/dsec/api/dsec/admin/v1/adminv1connect"
+	"github.com/dsecproject/dsec/api/dsec/image/v1/imagev1connect"
+	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
+	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
+	"github.com/dsecproject/dsec/internal/apierr"
+	"github.com/dsecproject/dsec/internal/blobstore"
+	"github.com/dsecproject/dsec/internal/cluster"
+	"github.com/dsecproject/dsec/internal/edge"
+	"github.com/dsecproject/dsec/internal/edgeclient"
+	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/placement"
+	"github.com/dsecproject/dsec/internal/watcher"
+)
+
+// Config wires an API server.
+type Config struct {
+	Cluster *cluster.Store
+	Blobs   *blobstore.Dir
+	Watcher *watcher.Watcher
+	Pool    *edgeclient.Pool
+	Placer  *placement.Placer
+	// DefaultBackend and DefaultMemory are what placement assumes when a
+	// create request leaves them out.
+	DefaultBackend string
+	DefaultMemory  int64
+	// Ready reports whether the platform is ready for /healthz.
+	Ready  func() bool
+	Logger *slog.Logger
+}
+
+// Server serves the public API.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns a server.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DefaultBackend == "" {
+		cfg.DefaultBackend = "container"
+	}
+	if cfg.DefaultMemory == 0 {
+		cfg.DefaultMemory = edge.ContractDefaults.MemoryBytes
+	}
+	if cfg.Placer == nil {
+		cfg.Placer = placement.New(placement.Config{})
+	}
+	return &Server{cfg: cfg, log: cfg.Logger}
+}
+
+// Handler returns the HTTP handler of the API and /healthz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	opts := connect.WithInterceptors(authInterceptor{auth: s.cfg.Cluster})
+	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxProxy{s: s}, opts))
+	mux.Handle(imagev1connect.NewImageServiceHandler(&imageAPI{s: s}, opts))
+	mux.Handle(adminv1connect.NewAdminServiceHandler(&adminAPI{s: s}, opts))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Ready != nil && !s.cfg.Ready() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// edgeFor returns the connection to the edge that owns a sandbox.
+func (s *Server) edgeFor(ctx context.Context, id string) (*edgeclient.Conn, error) {
+	node, ok := edge.NodeOfID(id)
+	if !ok {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "%q is not a sandbox ID (list sandboxes with `dsec ps`)", id)
+	}
+	n, err := s.node(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return s.cfg.Pool.Get(n.Name, n.Addr)
+}
+
+func (s *Server) node(ctx context.Context, name string) (cluster.Node, error) {
+	if st, ok := s.cfg.Watcher.Node(name); ok {
+		return st.Node, nil
+	}
+	n, err := s.cfg.Cluster.GetNode(ctx, name)
+	if errdefs.Is(err, errdefs.ErrNotFound) {
+		return n, errdefs.Newf(errdefs.ErrNotFound, "node %s is not in the cluster: its sandboxes are gone or its edge is down", name)
+	}
+	return n, err
+}
+
+// forward prepares a request to an edge on behalf of the caller.
+func forward[T any](ctx context.Context, msg *T) *connect.Request[T] {
+	req := connect.NewRequest(msg)
+	setIdentity(ctx, req.Header())
+	return req
+}
+
+func setIdentity(ctx context.Context, h http.Header) {
+	k := keyFrom(ctx)
+	h.Set(edge.HeaderProject, k.Project)
+	h.Set(edge.HeaderAdmin, strconv.FormatBool(k.Admin))
+	if k.Admin {
+		h.Set(edge.HeaderAdmin, "1")
+	} else {
+		h.Del(edge.HeaderAdmin)
+	}
+}
+
+// edgeErr turns an edge's reply error back into a kind, with a message
+// that names the node when it cannot be reached.
+func edgeErr(node string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable {
+		return errdefs.RetryAfter(errdefs.Newf(errdefs.ErrUnavailable, "node %s is unreachable (%s): retry, or check `dsec up` on it", node, ce.Message()), time.Second)
+	}
+	return apierr.FromConnect(err)
+}
+
+type sandboxProxy struct{ s *Server }
+
+var _ sandboxv1connect.SandboxServiceHandler = (*sandboxProxy)(nil)
+
+func (p *sandboxProxy) Create(ctx context.Context, req *connect.Request[sandboxv1.CreateRequest]) (*connect.Response[sandboxv1.CreateResponse], error) {
+	s := p.s
+	backend := req.Msg.GetBackend()
+	if backend == "" {
+		backend = s.cfg.DefaultBackend
+	}
+	mem := req.Msg.GetResources().GetMemoryBytes()
+	if mem <= 0 {
+		mem = s.cfg.DefaultMemory
+	}
+	nodes := s.cfg.Watcher.Placement()
+	order := s.cfg.Placer.Order(nodes, placement.Request{Backend: backend, MemoryBytes: mem})
+	if len(order) == 0 {
+		healthy := 0
+		for _, n := range nodes {
+			if n.Healthy {
+				healthy++
+			}
+		}
+		if healthy == 0 {
+			return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrUnavailable, "no healthy node (%d registered): start one with `dsec up` or `dsec edge`", len(nodes)), 2*time.Second)
+		}
+		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted, "no node has room for a %s sandbox with %d MiB (%d healthy nodes): retry later or ask for less memory", backend, mem>>20, healthy), 5*time.Second)
+	}
+	var lastErr error
+	for i, name := range order {
+		if i == 3 {
+			break
+		}
+		st, ok := s.cfg.Watcher.Node(name)
+		if !ok {
+			continue
+		}
+		conn, err := s.cfg.Pool.Get(name, st.Node.Addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		resp, err := conn.Sandbox.Create(ctx, forward(ctx, req.Msg))
+		if err == nil {
+			s.cfg.Placer.Placed(name, mem)
+			return connect.NewResponse(resp.Msg), nil
+		}
+		lastErr = edgeErr(name, err)
+		if !errdefs.Is(lastErr, errdefs.ErrResourceExhausted) && !errdefs.Is(lastErr, errdefs.ErrUnavailable) {
+			return nil, lastErr
+		}
+	}
+	return nil, lastErr
+}
+
+func (p *sandboxProxy) Get(ctx context.Context, req *connect.Request[sandboxv1.GetRequest]) (*connect.Response[sandboxv1.GetResponse], error) {
+	conn, err := p.s.edgeFor(ctx, req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := conn.Sandbox.Get(ctx, forward(ctx, req.Msg))
+	if err != nil {
+		return nil, edgeErr(conn.Addr, err)
+	}
+	return connect.NewResponse(resp.Msg), nil
+}
+
+// fanOut calls fn on every healthy node at once and returns the first
+// error of a node that answered.
+func (s *Server) fanOut(ctx context.Context, fn func(ctx context.Context, node string, c *edgeclient.Conn) error) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for _, st := range s.cfg.Watcher.Nodes() {
+		if !st.Healthy {
+			continue
+		}
+		conn, err := s.cfg.Pool.Get(st.Node.Name, st.Node.Addr)
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx, st.Node.Name, conn); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = edgeErr(st.Node.Name, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+func (p *sandboxProxy) List(ctx context.Context, req *connect.Request[sandboxv1.ListRequest]) (*connect.Response[sandboxv1.ListResponse], error) {
+	var mu sync.Mutex
+	out := &sandboxv1.ListResponse{}
+	err := p.s.fanOut(ctx, func(ctx context.Context, _ string, c *edgeclient.Conn) error {
+		resp, err := c.Sandbox.List(ctx, forward(ctx, req.Msg))
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		out.Sandboxes = append(out.Sandboxes, resp.Msg.GetSandboxes()...)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out.Sandboxes, func(i, j int) bool {
+		return out.Sandboxes[i].GetCreatedAt().AsTime().Before(out.Sandboxes[j].GetCreatedAt().AsTime())
+	})
+	return connect.NewResponse(out), nil
+}
+
+func (p *sandboxProxy) Delete(ctx context.Context, req *connect.Request[sandboxv1.DeleteRequest]) (*connect.Response[sandboxv1.DeleteResponse], error) {
+	m := req.Msg
+	switch {
+	case m.GetId() != "" && len(m.GetSelector()) > 0:
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "delete takes an id or a selector, not both")
+	case m.GetId() != "":
+		conn, err := p.s.edgeFor(ctx, m.GetId())
+		if err != nil {
+			return nil, err
+		}
+		resp, err := conn.Sandbox.Delete(ctx, forward(ctx, m))
+		if err != nil {
+			return nil, edgeErr(conn.Addr, err)
+		}
+		return connect.NewResponse(resp.Msg), nil
+	case len(m.GetSelector()) == 0:
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "delete needs a sandbox id or a label selector")
+	}
+	var mu sync.Mutex
+	out := &sandboxv1.DeleteResponse{}
+	err := p.s.fanOut(ctx, func(ctx context.Context, _ string, c *edgeclient.Conn) error {
+		resp, err := c.Sandbox.Delete(ctx, forward(ctx, m))
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		out.Deleted = append(out.Deleted, resp.Msg.GetDeleted()...)
+		mu.Unlock()
+		return nil
+	})
+	sort.Strings(out.Deleted)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (p *sandboxProxy) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecRequest], stream *connect.ServerStream[sandboxv1.ExecResponse]) error {
+	conn, err := p.s.edgeFor(ctx, req.Msg.GetSandboxId())
+	if err != nil {
+		return err
+	}
+	cs, err := conn.Sandbox.Exec(ctx, forward(ctx, req.Msg))
+	if err != nil {
+		return edgeErr(conn.Addr, err)
+	}
+	defer cs.Close()
+	for cs.Receive() {
+		if err := stream.Send(cs.Msg()); err != nil {
+			return err
+		}
+	}
+	return edgeErr(conn.Addr, cs.Err())
+}
+
+func (p *sandboxProxy) ReadFile(ctx context.Context, req *connect.Request[sandboxv1.ReadFileRequest], stream *connect.ServerStream[sandboxv1.ReadFileResponse]) error {
+	conn, err := p.s.edgeFor(ctx, req.Msg.GetSandboxId())
+	if err != nil {
+		return err
+	}
+	cs, err := conn.Sandbox.ReadFile(ctx, forward(ctx, req.Msg))
+	if err != nil {
+		return edgeErr(conn.Addr, err)
+	}
+	defer cs.Close()
+	for cs.Receive() {
+		if err := stream.Send(cs.Msg()); err != nil {
+			return err
+		}
+	}
+	return edgeErr(conn.Addr, cs.Err())
+}
+
+func (p *sandboxProxy) WriteFile(ctx context.Context, stream *connect.ClientStream[sandboxv1.WriteFileRequest]) (*connect.Response[sandboxv1.WriteFileResponse], error) {
+	if !stream.Receive() {
+		if err := stream.Err(); err != nil {
+			return nil, err
+		}
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "write file: no header")
+	}
+	h := stream.Msg().GetHeader()
+	if h == nil {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "write file: the first message must be the header")
+	}
+	conn, err := p.s.edgeFor(ctx, h.GetSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	cs := conn.Sandbox.WriteFile(ctx)
+	setIdentity(ctx, cs.RequestHeader())
+	if err := cs.Send(stream.Msg()); err != nil && !errors.Is(err, io.EOF) {
+		return nil, edgeErr(conn.Addr, err)
+	}
+	for stream.Receive() {
+		if err := cs.Send(stream.Msg()); err != nil {
+			// io.EOF: the edge ended the call; its reply says why.
+			break
+		}
+	}
+	if err := stream.Err(); err != nil {
+		_, _ = cs.CloseAndReceive()
+		return nil, err
+	}
+	resp, err := cs.CloseAndReceive()
+	if err != nil {
+		return nil, edgeErr(conn.Addr, err)
+	}
+	return connect.NewResponse(resp.Msg), nil
+}

@@ -1,0 +1,278 @@
+package edge
+
+import (
+	"context"
+	"crypto/subtle"
+	"io"
+	"io/fs"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	nodev1 "github.com/dsecproject/dsec/api/dsec/node/v1"
+	"github.com/dsecproject/dsec/api/dsec/node/v1/nodev1connect"
+	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
+	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
+	"github.com/dsecproject/dsec/internal/apierr"
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/errdefs"
+)
+
+// Headers by which the control plane tells an edge who calls. An edge
+// accepts them only with the node token.
+const (
+	HeaderProject   = "Dsec-Project"
+	HeaderAdmin     = "Dsec-Admin"
+	HeaderNodeToken = "Dsec-Node-Token"
+)
+
+// Handler returns the edge's HTTP handler: the sandbox API and the node API
+// for the control plane, which must present token.
+func (e *Edge) Handler(token string) http.Handler {
+	mux := http.NewServeMux()
+	opts := connect.WithInterceptors(errorInterceptor{})
+	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxAPI{e: e}, opts))
+	mux.Handle(nodev1connect.NewNodeServiceHandler(&nodeAPI{e: e}, opts))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get(HeaderNodeToken)
+		if token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			http.Error(w, "dsec edge: only the control plane may call this node", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// errorInterceptor turns kind-wrapped errors into API codes, in one place.
+type errorInterceptor struct{}
+
+func (errorInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		return resp, apierr.ToConnect(err)
+	}
+}
+
+func (errorInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (errorInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		return apierr.ToConnect(next(ctx, conn))
+	}
+}
+
+func callerOf(h http.Header) Caller {
+	return Caller{Project: h.Get(HeaderProject), Admin: h.Get(HeaderAdmin) == "1"}
+}
+
+type sandboxAPI struct{ e *Edge }
+
+var _ sandboxv1connect.SandboxServiceHandler = (*sandboxAPI)(nil)
+
+func (a *sandboxAPI) Create(ctx context.Context, req *connect.Request[sandboxv1.CreateRequest]) (*connect.Response[sandboxv1.CreateResponse], error) {
+	m := req.Msg
+	p := CreateParams{
+		Image: m.GetImage(), Labels: m.GetLabels(), Env: m.GetEnv(),
+		Workdir: m.GetWorkdir(), User: m.GetUser(), Backend: m.GetBackend(),
+		TTL: m.GetTtl().AsDuration(), IdleTTL: m.GetIdleTtl().AsDuration(),
+	}
+	if r := m.GetResources(); r != nil {
+		p.Resources = sandbox.Resources{MemoryBytes: r.GetMemoryBytes(), CPUs: r.GetCpus(), Pids: r.GetPids(), DiskBytes: r.GetDiskBytes()}
+	}
+	rec, err := a.e.Create(ctx, callerOf(req.Header()), p)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&sandboxv1.CreateResponse{Sandbox: a.e.toProto(rec)}), nil
+}
+
+func (a *sandboxAPI) Get(ctx context.Context, req *connect.Request[sandboxv1.GetRequest]) (*connect.Response[sandboxv1.GetResponse], error) {
+	rec, err := a.e.Get(ctx, callerOf(req.Header()), req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&sandboxv1.GetResponse{Sandbox: a.e.toProto(rec)}), nil
+}
+
+func (a *sandboxAPI) List(ctx context.Context, req *connect.Request[sandboxv1.ListRequest]) (*connect.Response[sandboxv1.ListResponse], error) {
+	recs, err := a.e.List(ctx, callerOf(req.Header()), req.Msg.GetSelector())
+	if err != nil {
+		return nil, err
+	}
+	out := &sandboxv1.ListResponse{Sandboxes: make([]*sandboxv1.Sandbox, len(recs))}
+	for i, r := range recs {
+		out.Sandboxes[i] = a.e.toProto(r)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (a *sandboxAPI) Delete(ctx context.Context, req *connect.Request[sandboxv1.DeleteRequest]) (*connect.Response[sandboxv1.DeleteResponse], error) {
+	m := req.Msg
+	caller := callerOf(req.Header())
+	switch {
+	case m.GetId() != "" && len(m.GetSelector()) > 0:
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "delete takes an id or a selector, not both")
+	case m.GetId() != "":
+		if err := a.e.Delete(ctx, caller, m.GetId()); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&sandboxv1.DeleteResponse{Deleted: []string{m.GetId()}}), nil
+	default:
+		ids, err := a.e.DeleteSelector(ctx, caller, m.GetSelector())
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&sandboxv1.DeleteResponse{Deleted: ids}), nil
+	}
+}
+
+func (a *sandboxAPI) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecRequest], stream *connect.ServerStream[sandboxv1.ExecResponse]) error {
+	m := req.Msg
+	p := ExecParams{
+		Sandbox: m.GetSandboxId(), Argv: m.GetArgv(), Shell: m.GetShell(), Env: m.GetEnv(),
+		Cwd: m.GetCwd(), User: m.GetUser(), Stdin: m.GetStdin(), Timeout: m.GetTimeout().AsDuration(),
+	}
+	return a.e.Exec(ctx, callerOf(req.Header()), p, func(ev ExecEvent) error {
+		return stream.Send(execEventProto(ev))
+	})
+}
+
+func execEventProto(ev ExecEvent) *sandboxv1.ExecResponse {
+	switch {
+	case ev.Started != "":
+		return &sandboxv1.ExecResponse{Event: &sandboxv1.ExecResponse_Started{Started: &sandboxv1.ExecStarted{ExecId: ev.Started}}}
+	case ev.Output != nil:
+		return &sandboxv1.ExecResponse{Event: &sandboxv1.ExecResponse_Output{Output: &sandboxv1.OutputChunk{
+			Stream: sandboxv1.Stream(ev.Output.Stream), Offset: ev.Output.Offset, Data: ev.Output.Data,
+		}}}
+	case ev.Exit != nil:
+		x := ev.Exit
+		return &sandboxv1.ExecResponse{Event: &sandboxv1.ExecResponse_Exit{Exit: &sandboxv1.ExecExit{
+			ExitCode: int32(x.Code), Signal: int32(x.Signal), TimedOut: x.TimedOut, OomKilled: x.OOMKilled,
+			StdoutTruncated: x.StdoutTruncated, StderrTruncated: x.StderrTruncated,
+			Duration: durationpb.New(x.Ended.Sub(x.Started)),
+		}}}
+	}
+	return &sandboxv1.ExecResponse{Event: &sandboxv1.ExecResponse_Keepalive{Keepalive: &sandboxv1.Keepalive{}}}
+}
+
+func (a *sandboxAPI) ReadFile(ctx context.Context, req *connect.Request[sandboxv1.ReadFileRequest], stream *connect.ServerStream[sandboxv1.ReadFileResponse]) error {
+	m := req.Msg
+	return a.e.ReadFile(ctx, callerOf(req.Header()), m.GetSandboxId(), m.GetPath(), m.GetOffset(), m.GetLimit(),
+		func(info *sandbox.FileInfo, data []byte) error {
+			return stream.Send(&sandboxv1.ReadFileResponse{Info: fileInfoProto(info), Data: data})
+		})
+}
+
+func (a *sandboxAPI) WriteFile(ctx context.Context, stream *connect.ClientStream[sandboxv1.WriteFileRequest]) (*connect.Response[sandboxv1.WriteFileResponse], error) {
+	if !stream.Receive() {
+		if err := stream.Err(); err != nil {
+			return nil, err
+		}
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "write file: no header")
+	}
+	h := stream.Msg().GetHeader()
+	if h == nil {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "write file: the first message must be the header")
+	}
+	if h.GetMode()&^0o7777 != 0 {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "file mode %o: only permission bits", h.GetMode())
+	}
+	mode := fs.FileMode(h.GetMode() & 0o777)
+	for bit, flag := range map[uint32]fs.FileMode{0o4000: fs.ModeSetuid, 0o2000: fs.ModeSetgid, 0o1000: fs.ModeSticky} {
+		if h.GetMode()&bit != 0 {
+			mode |= flag
+		}
+	}
+	info, err := a.e.WriteFile(ctx, callerOf(stream.RequestHeader()), WriteParams{
+		Sandbox: h.GetSandboxId(), Path: h.GetPath(), Mode: mode, MakeParents: h.GetMakeParents(), User: h.GetUser(),
+	}, &streamReader{stream: stream})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&sandboxv1.WriteFileResponse{Info: fileInfoProto(&info)}), nil
+}
+
+// streamReader reads the data messages of a WriteFile stream.
+type streamReader struct {
+	stream *connect.ClientStream[sandboxv1.WriteFileRequest]
+	buf    []byte
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if !r.stream.Receive() {
+			if err := r.stream.Err(); err != nil {
+				return 0, err
+			}
+			return 0, io.EOF
+		}
+		if r.stream.Msg().GetHeader() != nil {
+			return 0, errdefs.Newf(errdefs.ErrInvalidArgument, "write file: a second header")
+		}
+		r.buf = r.stream.Msg().GetData()
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func fileInfoProto(i *sandbox.FileInfo) *sandboxv1.FileInfo {
+	if i == nil {
+		return nil
+	}
+	mode := uint32(i.Mode.Perm())
+	if i.Mode&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if i.Mode&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if i.Mode&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return &sandboxv1.FileInfo{
+		Path: i.Path, Size: i.Size, Mode: mode, ModTime: timestamppb.New(i.ModTime),
+		IsDir: i.Mode.IsDir(), Uid: i.UID, Gid: i.GID,
+	}
+}
+
+var stateProto = map[string]sandboxv1.State{
+	StateCreating: sandboxv1.State_STATE_CREATING,
+	StateRunning:  sandboxv1.State_STATE_RUNNING,
+	StateExited:   sandboxv1.State_STATE_EXITED,
+	StateFailed:   sandboxv1.State_STATE_FAILED,
+	StateDeleting: sandboxv1.State_STATE_DELETED,
+}
+
+func (e *Edge) toProto(r *Record) *sandboxv1.Sandbox {
+	return &sandboxv1.Sandbox{
+		Id: r.ID, Image: r.Image, Labels: r.Labels, State: stateProto[r.State], Reason: r.Reason,
+		Resources: &sandboxv1.Resources{
+			MemoryBytes: r.Resources.MemoryBytes, Cpus: r.Resources.CPUs,
+			Pids: r.Resources.Pids, DiskBytes: r.Resources.DiskBytes,
+		},
+		Node: e.cfg.Node, Backend: r.Backend, Project: r.Project,
+		CreatedAt: timestamppb.New(r.CreatedAt), ExpiresAt: timestamppb.New(r.ExpiresAt),
+		IdleTtl: durationpb.New(r.IdleTTL), User: r.User, Workdir: r.Workdir, Env: r.Env,
+	}
+}
+
+type nodeAPI struct{ e *Edge }
+
+func (a *nodeAPI) Status(ctx context.Context, _ *connect.Request[nodev1.StatusRequest]) (*connect.Response[nodev1.StatusResponse], error) {
+	st, err := a.e.Status()
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&nodev1.StatusResponse{
+		Node: st.Node, Backends: st.Backends, Sandboxes: st.Sandboxes, Cpus: float64(st.CPUs),
+		MemoryBytes: st.MemoryBytes, MemoryCommittedBytes: st.MemoryCommitted,
+		MemoryAdmissibleBytes: st.MemoryAdmissible, MemoryAvailableBytes: st.MemoryAvailable,
+		Version: a.e.cfg.Version,
+	}), nil
+}

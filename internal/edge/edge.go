@@ -1,0 +1,445 @@
+// Package edge is the node agent: the authority for its node. It admits
+// sandboxes (refusing what does not fit), keeps their records in a
+// node-local bbolt file, drives the isolation backends, enforces TTLs, and
+// serves the sandbox API for the control plane. On start it reconciles its
+// records with what the backends find running: live sandboxes are kept,
+// half-made or half-deleted ones are removed, and anything that belongs to
+// no record is cleaned up.
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/errdefs"
+)
+
+// ImageResolver turns an image name into local layers.
+type ImageResolver interface {
+	// Resolve returns the image's layers (with local paths a backend can
+	// use) and its config; NotFound when the image is unknown.
+	Resolve(ctx context.Context, ref string) (Image, error)
+}
+
+// Image is a resolved image.
+type Image struct {
+	Name    string // NAME:TAG
+	Layers  []sandbox.Layer
+	Env     []string
+	Workdir string
+	User    string
+}
+
+// Defaults are the limits and lifetimes of a sandbox whose request leaves
+// them out (CONTRACT.md).
+type Defaults struct {
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+	DiskBytes   int64
+	TTL         time.Duration
+	IdleTTL     time.Duration
+}
+
+// ContractDefaults are CONTRACT.md's defaults.
+var ContractDefaults = Defaults{
+	MemoryBytes: 512 << 20,
+	CPUs:        1,
+	Pids:        4096,
+	DiskBytes:   10 << 30,
+	TTL:         time.Hour,
+	IdleTTL:     15 * time.Minute,
+}
+
+// Config configures an edge.
+type Config struct {
+	// Node names this node; it is the prefix of every sandbox ID made here.
+	Node     string
+	StateDir string
+	// Backends by name; DefaultBackend is used when a request names none.
+	Backends       map[string]sandbox.Backend
+	DefaultBackend string
+	Images         ImageResolver
+	// Defaults for create; zero fields take ContractDefaults.
+	Defaults Defaults
+	// MemoryBytes is the node's memory (default: MemTotal).
+	MemoryBytes int64
+	// MemoryOvercommit is how many times the node's memory the sandboxes'
+	// memory limits may add up to (default 4).
+	MemoryOvercommit float64
+	// MemoryReserve refuses creates while MemAvailable is below it
+	// (default 512 MiB).
+	MemoryReserve int64
+	// CPUs is the node's CPU count (default: runtime.NumCPU()).
+	CPUs    int
+	Version string
+	Logger  *slog.Logger
+}
+
+// Edge is a running node agent.
+type Edge struct {
+	cfg   Config
+	log   *slog.Logger
+	store *store
+
+	wg   sync.WaitGroup
+	stop chan struct{}
+
+	mu sync.Mutex
+	// guarded by mu
+	committed int64                // memory limits of live sandboxes
+	activity  map[string]time.Time // last API use per sandbox
+	streams   map[string]int       // open exec streams per sandbox
+}
+
+var nodeNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
+
+// ValidNodeName reports whether s can name a node.
+func ValidNodeName(s string) bool { return nodeNameRe.MatchString(s) }
+
+// New opens the node state, reconciles it with the backends and starts the
+// TTL reaper.
+func New(ctx context.Context, cfg Config) (*Edge, error) {
+	if !ValidNodeName(cfg.Node) {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "node name %q: use 1-40 of [a-z0-9-], starting and ending with a letter or digit", cfg.Node)
+	}
+	if len(cfg.Backends) == 0 {
+		return nil, fmt.Errorf("edge: no backends")
+	}
+	if cfg.DefaultBackend == "" {
+		for name := range cfg.Backends {
+			cfg.DefaultBackend = name
+		}
+	}
+	d := &cfg.Defaults
+	if d.MemoryBytes == 0 {
+		d.MemoryBytes = ContractDefaults.MemoryBytes
+	}
+	if d.CPUs == 0 {
+		d.CPUs = ContractDefaults.CPUs
+	}
+	if d.Pids == 0 {
+		d.Pids = ContractDefaults.Pids
+	}
+	if d.DiskBytes == 0 {
+		d.DiskBytes = ContractDefaults.DiskBytes
+	}
+	if d.TTL == 0 {
+		d.TTL = ContractDefaults.TTL
+	}
+	if d.IdleTTL == 0 {
+		d.IdleTTL = ContractDefaults.IdleTTL
+	}
+	if cfg.MemoryBytes == 0 {
+		cfg.MemoryBytes = memTotal()
+	}
+	if cfg.MemoryOvercommit == 0 {
+		cfg.MemoryOvercommit = 4
+	}
+	if cfg.MemoryReserve == 0 {
+		cfg.MemoryReserve = 512 << 20
+	}
+	if cfg.CPUs == 0 {
+		cfg.CPUs = runtime.NumCPU()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	st, err := openStore(filepath.Join(cfg.StateDir, "edge.db"))
+	if err != nil {
+		return nil, err
+	}
+	e := &Edge{
+		cfg: cfg, log: cfg.Logger, store: st, stop: make(chan struct{}),
+		activity: map[string]time.Time{}, streams: map[string]int{},
+	}
+	if err := e.reconcile(ctx); err != nil {
+		st.close()
+		return nil, err
+	}
+	e.wg.Add(1)
+	go e.reapLoop()
+	return e, nil
+}
+
+// Close stops the edge's goroutines and closes its state; sandboxes keep
+// running.
+func (e *Edge) Close() error {
+	close(e.stop)
+	e.wg.Wait()
+	return e.store.close()
+}
+
+// Node returns the node's name.
+func (e *Edge) Node() string { return e.cfg.Node }
+
+// reconcile makes the records and the backends agree.
+func (e *Edge) reconcile(ctx context.Context) error {
+	recs, err := e.store.list()
+	if err != nil {
+		return err
+	}
+	byID := map[string]*Record{}
+	for _, r := range recs {
+		byID[r.ID] = r
+	}
+	now := time.Now()
+	for name, be := range e.cfg.Backends {
+		live, err := be.List(ctx)
+		if err != nil {
+			return fmt.Errorf("list %s sandboxes: %w", name, err)
+		}
+		liveByID := map[string]sandbox.Status{}
+		for _, s := range live {
+			liveByID[s.ID] = s
+			r := byID[s.ID]
+			if r == nil || r.Backend != name {
+				e.log.Info("removing sandbox without a record", "sandbox", s.ID, "backend", name)
+				if err := be.Delete(ctx, s.ID); err != nil {
+					e.log.Warn("remove orphaned sandbox", "sandbox", s.ID, "err", err)
+				}
+			}
+		}
+		for _, r := range recs {
+			if r.Backend != name {
+				continue
+			}
+			s, alive := liveByID[r.ID]
+			switch {
+			case r.State == StateCreating || r.State == StateDeleting:
+				e.log.Info("finishing interrupted operation", "sandbox", r.ID, "state", r.State)
+				if err := be.Delete(ctx, r.ID); err != nil {
+					e.log.Warn("remove sandbox", "sandbox", r.ID, "err", err)
+					continue
+				}
+				_ = e.store.remove(r.ID)
+				delete(byID, r.ID)
+			case r.State == StateRunning && !alive:
+				_, _ = e.store.update(r.ID, func(r *Record) error {
+					r.State, r.Reason = StateFailed, "lost: the node keeper no longer has this sandbox"
+					return nil
+				})
+			case r.State == StateRunning && s.State == sandbox.StateExited:
+				_, _ = e.store.update(r.ID, func(r *Record) error {
+					r.State, r.Reason = StateExited, s.Reason
+					return nil
+				})
+			}
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range byID {
+		if r.State == StateRunning || r.State == StateCreating {
+			e.committed += r.Resources.MemoryBytes
+		}
+		e.activity[r.ID] = now
+	}
+	return nil
+}
+
+// reapLoop deletes sandboxes whose hard or idle TTL has passed.
+func (e *Edge) reapLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		recs, err := e.store.list()
+		if err != nil {
+			e.log.Warn("list sandboxes for TTLs", "err", err)
+			continue
+		}
+		now := time.Now()
+		for _, r := range recs {
+			if r.State == StateDeleting || r.State == StateCreating {
+				continue
+			}
+			reason := ""
+			switch {
+			case !r.ExpiresAt.IsZero() && now.After(r.ExpiresAt):
+				reason = "hard TTL expired"
+			case r.IdleTTL > 0 && e.idleFor(r.ID, now) > r.IdleTTL:
+				reason = "idle TTL expired"
+			}
+			if reason == "" {
+				continue
+			}
+			e.log.Info("reaping sandbox", "sandbox", r.ID, "reason", reason)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := e.deleteOne(ctx, r.ID); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+				e.log.Warn("reap sandbox", "sandbox", r.ID, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// touch records use of a sandbox (it is not idle).
+func (e *Edge) touch(id string) {
+	e.mu.Lock()
+	e.activity[id] = time.Now()
+	e.mu.Unlock()
+}
+
+// streamOpen marks an exec stream open on a sandbox; the returned func
+// closes it.
+func (e *Edge) streamOpen(id string) func() {
+	e.mu.Lock()
+	e.streams[id]++
+	e.activity[id] = time.Now()
+	e.mu.Unlock()
+	return func() {
+		e.mu.Lock()
+		e.streams[id]--
+		if e.streams[id] <= 0 {
+			delete(e.streams, id)
+		}
+		e.activity[id] = time.Now()
+		e.mu.Unlock()
+	}
+}
+
+func (e *Edge) idleFor(id string, now time.Time) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.streams[id] > 0 {
+		return 0
+	}
+	last, ok := e.activity[id]
+	if !ok {
+		e.activity[id] = now
+		return 0
+	}
+	return now.Sub(last)
+}
+
+// newID makes a sandbox ID: the node name, a dash and 12 random base32
+// characters; lowercase, a DNS label, at most 53 characters.
+func (e *Edge) newID() string {
+	return e.cfg.Node + "-" + randomString(12)
+}
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz234567"
+
+func randomString(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	for i := range b {
+		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
+	}
+	return string(b)
+}
+
+// NodeOfID returns the node that owns a sandbox ID.
+func NodeOfID(id string) (string, bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 || len(id)-i-1 != 12 || len(id) > 63 {
+		return "", false
+	}
+	for _, c := range id[i+1:] {
+		if !strings.ContainsRune(idAlphabet, c) {
+			return "", false
+		}
+	}
+	node := id[:i]
+	return node, ValidNodeName(node)
+}
+
+// Caller is who makes a request, as the control plane authenticated it.
+type Caller struct {
+	Project string
+	Admin   bool
+}
+
+func (c Caller) sees(r *Record) bool { return c.Admin || r.Project == c.Project }
+
+// matches reports whether labels has every k=v of sel.
+func matches(labels, sel map[string]string) bool {
+	for k, v := range sel {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// visible returns the records caller may see that match sel, oldest first.
+func (e *Edge) visible(caller Caller, sel map[string]string) ([]*Record, error) {
+	recs, err := e.store.list()
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if caller.sees(r) && matches(r.Labels, sel) && r.State != StateDeleting {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// lookup returns a record the caller may see; others are NotFound.
+func (e *Edge) lookup(caller Caller, id string) (*Record, error) {
+	r, err := e.store.get(id)
+	if err != nil {
+		return nil, err
+	}
+	if !caller.sees(r) || r.State == StateDeleting {
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s not found: it was deleted or never existed (list sandboxes with `dsec ps`)", id)
+	}
+	return r, nil
+}
+
+func (e *Edge) backend(name string) (sandbox.Backend, error) {
+	b, ok := e.cfg.Backends[name]
+	if !ok {
+		names := make([]string, 0, len(e.cfg.Backends))
+		for n := range maps.Keys(e.cfg.Backends) {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "backend %q is not available on node %s (available: %s)", name, e.cfg.Node, strings.Join(names, ", "))
+	}
+	return b, nil
+}
+
+func memTotal() int64     { return meminfo("MemTotal:") }
+func memAvailable() int64 { return meminfo("MemAvailable:") }
+
+func meminfo(key string) int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,247 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/errdefs"
+)
+
+// ExecParams is an exec request.
+type ExecParams struct {
+	Sandbox string
+	Argv    []string
+	Shell   string
+	Env     map[string]string
+	Cwd     string
+	User    string
+	Stdin   []byte
+	Timeout time.Duration
+}
+
+// ExecEvent is one event of an exec stream; exactly one field is set.
+type ExecEvent struct {
+	Started   string // exec ID
+	Output    *Chunk
+	Exit      *sandbox.ExitStatus
+	Keepalive bool
+}
+
+// Chunk is a piece of one output stream at an offset.
+type Chunk struct {
+	Stream sandbox.Stream
+	Offset int64
+	Data   []byte
+}
+
+const (
+	chunkSize         = 256 << 10
+	keepaliveInterval = 10 * time.Second
+	maxPollDelay      = 25 * time.Millisecond
+)
+
+// defaultPath is the PATH of an exec whose image sets none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Exec runs a command and calls send for each event until the command
+// has exited and its output is sent. If send fails or ctx ends, the
+// command keeps running.
+func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(ExecEvent) error) error {
+	r, err := e.lookup(caller, p.Sandbox)
+	if err != nil {
+		return err
+	}
+	if r.State != StateRunning {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s (%s): create a new one", r.ID, r.State, r.Reason)
+	}
+	argv := p.Argv
+	switch {
+	case len(argv) > 0 && p.Shell != "":
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec takes argv or a shell command, not both")
+	case p.Shell != "":
+		argv = []string{"/bin/sh", "-c", p.Shell}
+	case len(argv) == 0:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec: no command")
+	}
+	for _, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "exec: an argument holds a NUL byte")
+		}
+	}
+	if err := validateEnv(p.Env); err != nil {
+		return err
+	}
+	if p.Timeout < 0 {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec timeout must not be negative")
+	}
+	be, err := e.backend(r.Backend)
+	if err != nil {
+		return err
+	}
+	done := e.streamOpen(r.ID)
+	defer done()
+
+	user := p.User
+	if user == "" {
+		user = r.User
+	}
+	id, err := resolveUser(ctx, user, sandboxFiles(be, r.ID))
+	if err != nil {
+		return err
+	}
+	cwd := p.Cwd
+	if cwd == "" {
+		cwd = r.Workdir
+	}
+	if cwd == "" {
+		cwd = "/"
+	}
+	spec := sandbox.ExecSpec{
+		ID:      "x" + randomString(15),
+		Argv:    argv,
+		Env:     execEnv(r, id, p.Env),
+		Cwd:     cwd,
+		UID:     id.UID,
+		GID:     id.GID,
+		Groups:  id.Groups,
+		Stdin:   p.Stdin,
+		Timeout: p.Timeout,
+	}
+	if err := be.StartExec(ctx, r.ID, spec); err != nil {
+		return err
+	}
+	if err := send(ExecEvent{Started: spec.ID}); err != nil {
+		return err
+	}
+	return e.follow(ctx, be, r.ID, spec.ID, [2]int64{}, send)
+}
+
+// execEnv builds an exec's environment: defaults, then the image's, the
+// sandbox's and the request's, later ones winning.
+func execEnv(r *Record, id identity, req map[string]string) []string {
+	env := map[string]string{
+		"PATH":     defaultPath,
+		"HOSTNAME": r.ID,
+		"HOME":     id.Home,
+	}
+	if id.Name != "" {
+		env["USER"] = id.Name
+	}
+	for _, kv := range r.ImageEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	for k, v := range r.Env {
+		env[k] = v
+	}
+	for k, v := range req {
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+type waitResult struct {
+	st  sandbox.ExitStatus
+	err error
+}
+
+// follow streams an exec's output from the given offsets until it has
+// ended and everything is sent.
+func (e *Edge) follow(ctx context.Context, be sandbox.Backend, id, execID string, offs [2]int64, send func(ExecEvent) error) error {
+	var outs [2]sandbox.Output
+	for i, s := range []sandbox.Stream{sandbox.Stdout, sandbox.Stderr} {
+		o, err := be.OpenOutput(ctx, id, execID, s)
+		if err != nil {
+			for _, prev := range outs[:i] {
+				prev.Close()
+			}
+			return err
+		}
+		defer o.Close()
+		outs[i] = o
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	waitc := make(chan waitResult, 1)
+	go func() {
+		st, err := be.WaitExec(wctx, id, execID)
+		waitc <- waitResult{st, err}
+	}()
+	waited := false
+	defer func() {
+		cancel()
+		if !waited {
+			<-waitc // the waiter is owned here: wait for it to end
+		}
+	}()
+	buf := make([]byte, chunkSize)
+	drain := func() (bool, error) {
+		progressed := false
+		for i, o := range outs {
+			for {
+				n, err := o.ReadAt(buf, offs[i])
+				if n > 0 {
+					progressed = true
+					data := append([]byte(nil), buf[:n]...)
+					if serr := send(ExecEvent{Output: &Chunk{Stream: sandbox.Stream(i + 1), Offset: offs[i], Data: data}}); serr != nil {
+						return progressed, serr
+					}
+					offs[i] += int64(n)
+				}
+				if err != nil && !errors.Is(err, io.EOF) {
+					return progressed, err
+				}
+				if n < len(buf) {
+					break
+				}
+			}
+		}
+		return progressed, nil
+	}
+	keepalive := time.NewTicker(keepaliveInterval)
+	defer keepalive.Stop()
+	delay := time.Millisecond
+	for {
+		progressed, err := drain()
+		if err != nil {
+			return err
+		}
+		if progressed {
+			delay = time.Millisecond
+		}
+		timer := time.NewTimer(delay)
+		select {
+		case res := <-waitc:
+			timer.Stop()
+			waited = true
+			if res.err != nil {
+				return res.err
+			}
+			if _, err := drain(); err != nil {
+				return err
+			}
+			st := res.st
+			return send(ExecEvent{Exit: &st})
+		case <-keepalive.C:
+			timer.Stop()
+			if err := send(ExecEvent{Keepalive: true}); err != nil {
+				return err
+			}
+		case <-timer.C:
+			delay = min(delay*2, maxPollDelay)
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/errdefs"
+)
+
+// ReadFile streams a file of a sandbox: send gets the file's info with the
+// first chunk (which may be empty), then the data from offset, at most
+// limit bytes (0: to the end).
+func (e *Edge) ReadFile(ctx context.Context, caller Caller, id, path string, offset, limit int64, send func(*sandbox.FileInfo, []byte) error) error {
+	r, err := e.lookup(caller, id)
+	if err != nil {
+		return err
+	}
+	if offset < 0 || limit < 0 {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "offset and limit must not be negative")
+	}
+	be, err := e.backend(r.Backend)
+	if err != nil {
+		return err
+	}
+	e.touch(id)
+	rc, info, err := be.ReadFile(ctx, id, path)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	var src io.Reader = rc
+	if offset > 0 {
+		ra, ok := rc.(io.ReaderAt)
+		if !ok {
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "this backend cannot read from an offset")
+		}
+		src = &offsetReader{ra: ra, off: offset}
+	}
+	if limit > 0 {
+		src = io.LimitReader(src, limit)
+	}
+	buf := make([]byte, chunkSize)
+	first := true
+	for {
+		n, rerr := io.ReadFull(src, buf)
+		if n > 0 || first {
+			var ip *sandbox.FileInfo
+			if first {
+				ip = &info
+				first = false
+			}
+			if err := send(ip, buf[:n]); err != nil {
+				return err
+			}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// WriteParams is a file write request's header.
+type WriteParams struct {
+	Sandbox     string
+	Path        string
+	Mode        fs.FileMode
+	MakeParents bool
+	User        string
+}
+
+// WriteFile writes a file into a sandbox from r.
+func (e *Edge) WriteFile(ctx context.Context, caller Caller, p WriteParams, r io.Reader) (sandbox.FileInfo, error) {
+	rec, err := e.lookup(caller, p.Sandbox)
+	if err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	if rec.State != StateRunning {
+		return sandbox.FileInfo{}, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s: its files can no longer be written", rec.ID, rec.State)
+	}
+	if p.Mode&^(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
+		return sandbox.FileInfo{}, errdefs.Newf(errdefs.ErrInvalidArgument, "file mode %v: only permission bits", p.Mode)
+	}
+	be, err := e.backend(rec.Backend)
+	if err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	e.touch(p.Sandbox)
+	opts := sandbox.WriteOptions{Mode: p.Mode, MakeParents: p.MakeParents}
+	if p.User != "" {
+		id, err := resolveUser(ctx, p.User, sandboxFiles(be, rec.ID))
+		if err != nil {
+			return sandbox.FileInfo{}, err
+		}
+		opts.UID, opts.GID = id.UID, id.GID
+	}
+	return be.WriteFile(ctx, p.Sandbox, p.Path, opts, r)
+}
+
+// offsetReader reads an io.ReaderAt from an offset on.
+type offsetReader struct {
+	ra  io.ReaderAt
+	off int64
+}
+
+func (r *offsetReader) Read(p []byte) (int, error) {
+	n, err := r.ra.ReadAt(p, r.off)
+	r.off += int64(n)
+	if n > 0 && errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
+}
+
+// sandboxFiles reads small files (such as /etc/passwd) of a sandbox.
+func sandboxFiles(be sandbox.Backend, id string) fileReader {
+	return func(ctx context.Context, path string) ([]byte, error) {
+		rc, _, err := be.ReadFile(ctx, id, path)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		return io.ReadAll(io.LimitReader(rc, 4<<20))
+	}
+}

@@ -1,0 +1,387 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/errdefs"
+)
+
+// CreateParams is a validated create request.
+type CreateParams struct {
+	Image     string
+	Labels    map[string]string
+	Resources sandbox.Resources
+	Env       map[string]string
+	Workdir   string
+	User      string
+	TTL       time.Duration
+	IdleTTL   time.Duration
+	Backend   string
+}
+
+var (
+	labelKeyRe   = regexp.MustCompile(`^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	labelValueRe = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+	envKeyRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// ValidateLabels checks label keys and values (Kubernetes' syntax).
+func ValidateLabels(labels map[string]string) error {
+	if len(labels) > 64 {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "%d labels: at most 64", len(labels))
+	}
+	for k, v := range labels {
+		if !labelKeyRe.MatchString(k) {
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "label key %q: use [prefix/]name with letters, digits, -, _ and . (at most 63)", k)
+		}
+		if !labelValueRe.MatchString(v) {
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "label %s=%q: values use letters, digits, -, _ and . (at most 63)", k, v)
+		}
+	}
+	return nil
+}
+
+func validateEnv(env map[string]string) error {
+	for k, v := range env {
+		if !envKeyRe.MatchString(k) {
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "environment variable name %q: use letters, digits and _, not starting with a digit", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "environment variable %s holds a NUL byte", k)
+		}
+	}
+	return nil
+}
+
+func (e *Edge) normalize(p *CreateParams) error {
+	if p.Image == "" {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "no image: name one (see `dsec image ls`)")
+	}
+	if err := ValidateLabels(p.Labels); err != nil {
+		return err
+	}
+	if err := validateEnv(p.Env); err != nil {
+		return err
+	}
+	if p.User != "" {
+		if _, err := parseUserSpec(p.User); err != nil {
+			return err
+		}
+	}
+	r := &p.Resources
+	d := e.cfg.Defaults
+	switch {
+	case r.MemoryBytes < 0, r.Pids < 0, r.DiskBytes < 0, r.CPUs < 0, math.IsNaN(r.CPUs), math.IsInf(r.CPUs, 0):
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "resources must not be negative")
+	case r.MemoryBytes > 0 && r.MemoryBytes < 8<<20:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "memory %d bytes is below the minimum of 8 MiB", r.MemoryBytes)
+	case p.TTL < 0, p.IdleTTL < 0:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "TTLs must not be negative")
+	}
+	if r.MemoryBytes == 0 {
+		r.MemoryBytes = d.MemoryBytes
+	}
+	if r.CPUs == 0 {
+		r.CPUs = d.CPUs
+	}
+	if r.CPUs > float64(e.cfg.CPUs) {
+		r.CPUs = float64(e.cfg.CPUs) // caps are clamped to the node
+	}
+	if r.Pids == 0 {
+		r.Pids = d.Pids
+	}
+	if r.DiskBytes == 0 {
+		r.DiskBytes = d.DiskBytes
+	}
+	if p.TTL == 0 {
+		p.TTL = d.TTL
+	}
+	if p.IdleTTL == 0 {
+		p.IdleTTL = d.IdleTTL
+	}
+	if p.Backend == "" {
+		p.Backend = e.cfg.DefaultBackend
+	}
+	return nil
+}
+
+// admit reserves memory for a sandbox or refuses it.
+func (e *Edge) admit(mem int64) (release func(), err error) {
+	limit := int64(float64(e.cfg.MemoryBytes) * e.cfg.MemoryOvercommit)
+	if avail := memAvailable(); avail > 0 && avail < e.cfg.MemoryReserve {
+		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
+			"node %s is short of memory (%d MiB available, reserve %d MiB): retry later or on another node",
+			e.cfg.Node, avail>>20, e.cfg.MemoryReserve>>20), 5*time.Second)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.committed+mem > limit {
+		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
+			"node %s has no room for %d MiB more (%d of %d MiB admitted): delete sandboxes, ask for less memory, or retry later",
+			e.cfg.Node, mem>>20, e.committed>>20, limit>>20), 5*time.Second)
+	}
+	e.committed += mem
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			e.committed -= mem
+			e.mu.Unlock()
+		})
+	}, nil
+}
+
+// Create makes a sandbox and returns its record once it runs.
+func (e *Edge) Create(ctx context.Context, caller Caller, p CreateParams) (*Record, error) {
+	if err := e.normalize(&p); err != nil {
+		return nil, err
+	}
+	be, err := e.backend(p.Backend)
+	if err != nil {
+		return nil, err
+	}
+	img, err := e.cfg.Images.Resolve(ctx, p.Image)
+	if err != nil {
+		return nil, err
+	}
+	release, err := e.admit(p.Resources.MemoryBytes)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	project := caller.Project
+	if project == "" {
+		project = "default"
+	}
+	workdir := p.Workdir
+	if workdir == "" {
+		workdir = img.Workdir
+	}
+	user := p.User
+	if user == "" {
+		user = img.User
+	}
+	r := &Record{
+		ID: e.newID(), Image: img.Name, Layers: img.Layers, Labels: p.Labels,
+		Project: project, Backend: p.Backend, State: StateCreating,
+		Resources: p.Resources, ImageEnv: img.Env, Env: p.Env,
+		Workdir: workdir, User: user,
+		CreatedAt: now, ExpiresAt: now.Add(p.TTL), IdleTTL: p.IdleTTL,
+	}
+	if err := e.store.insert(r); err != nil {
+		release()
+		return nil, err
+	}
+	e.touch(r.ID)
+	_, err = be.Create(ctx, sandbox.Spec{ID: r.ID, Layers: img.Layers, Resources: p.Resources, Env: img.Env})
+	if err != nil {
+		release()
+		// Leave nothing behind, even if the caller has gone.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if derr := be.Delete(cctx, r.ID); derr != nil {
+			e.log.Warn("clean up failed create", "sandbox", r.ID, "err", derr)
+			_, _ = e.store.update(r.ID, func(r *Record) error { r.State = StateDeleting; return nil })
+		} else {
+			_ = e.store.remove(r.ID)
+		}
+		return nil, fmt.Errorf("create sandbox from %s: %w", img.Name, err)
+	}
+	return e.store.update(r.ID, func(r *Record) error {
+		r.State = StateRunning
+		return nil
+	})
+}
+
+// Get returns one sandbox, with its state refreshed from the backend.
+func (e *Edge) Get(ctx context.Context, caller Caller, id string) (*Record, error) {
+	r, err := e.lookup(caller, id)
+	if err != nil {
+		return nil, err
+	}
+	e.touch(id)
+	return e.refresh(ctx, r), nil
+}
+
+// refresh notices a sandbox whose init has ended.
+func (e *Edge) refresh(ctx context.Context, r *Record) *Record {
+	if r.State != StateRunning {
+		return r
+	}
+	be, err := e.backend(r.Backend)
+	if err != nil {
+		return r
+	}
+	st, err := be.Status(ctx, r.ID)
+	var state, reason string
+	switch {
+	case errdefs.Is(err, errdefs.ErrNotFound):
+		state, reason = StateFailed, "lost: the node keeper no longer has this sandbox"
+	case err != nil:
+		return r
+	case st.State == sandbox.StateExited:
+		state, reason = StateExited, st.Reason
+	default:
+		return r
+	}
+	if nr, err := e.store.update(r.ID, func(r *Record) error {
+		if r.State == StateRunning {
+			r.State, r.Reason = state, reason
+		}
+		return nil
+	}); err == nil {
+		return nr
+	}
+	return r
+}
+
+// List returns the sandboxes caller may see that match every label of sel.
+func (e *Edge) List(ctx context.Context, caller Caller, sel map[string]string) ([]*Record, error) {
+	recs, err := e.visible(caller, sel)
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]sandbox.Status{}
+	for name, be := range e.cfg.Backends {
+		sts, err := be.List(ctx)
+		if err != nil {
+			e.log.Warn("list backend", "backend", name, "err", err)
+			return recs, nil
+		}
+		for _, s := range sts {
+			live[s.ID] = s
+		}
+	}
+	for i, r := range recs {
+		if r.State != StateRunning {
+			continue
+		}
+		if s, ok := live[r.ID]; !ok || s.State == sandbox.StateExited {
+			recs[i] = e.refresh(ctx, r)
+		}
+	}
+	return recs, nil
+}
+
+// Delete deletes one sandbox.
+func (e *Edge) Delete(ctx context.Context, caller Caller, id string) error {
+	if _, err := e.lookup(caller, id); err != nil {
+		return err
+	}
+	return e.deleteOne(ctx, id)
+}
+
+// DeleteSelector deletes every sandbox caller sees that matches sel and
+// returns their IDs.
+func (e *Edge) DeleteSelector(ctx context.Context, caller Caller, sel map[string]string) ([]string, error) {
+	if len(sel) == 0 {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "delete by selector needs at least one label")
+	}
+	recs, err := e.visible(caller, sel)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		mu      sync.Mutex
+		deleted []string
+		first   error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, 8)
+	)
+	for _, r := range recs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := e.deleteOne(ctx, r.ID)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				deleted = append(deleted, r.ID)
+			case errdefs.Is(err, errdefs.ErrNotFound):
+			case first == nil:
+				first = err
+			}
+		}()
+	}
+	wg.Wait()
+	return deleted, first
+}
+
+func (e *Edge) deleteOne(ctx context.Context, id string) error {
+	var prev string
+	r, err := e.store.update(id, func(r *Record) error {
+		if r.State == StateDeleting {
+			return errdefs.Newf(errdefs.ErrNotFound, "sandbox %s is being deleted", id)
+		}
+		prev = r.State
+		r.State = StateDeleting
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	be, err := e.backend(r.Backend)
+	if err != nil {
+		return err
+	}
+	// Deletion finishes even when the caller goes away.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := be.Delete(dctx, id); err != nil {
+		_, _ = e.store.update(id, func(r *Record) error { r.State = prev; return nil })
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	if err := e.store.remove(id); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if prev == StateRunning || prev == StateCreating {
+		e.committed -= r.Resources.MemoryBytes
+	}
+	delete(e.activity, id)
+	e.mu.Unlock()
+	return nil
+}
+
+// NodeStatus is the node's load for placement.
+type NodeStatus struct {
+	Node             string
+	Backends         []string
+	Sandboxes        int64
+	CPUs             int
+	MemoryBytes      int64
+	MemoryCommitted  int64
+	MemoryAdmissible int64
+	MemoryAvailable  int64
+}
+
+// Status reports the node's load.
+func (e *Edge) Status() (NodeStatus, error) {
+	recs, err := e.store.list()
+	if err != nil {
+		return NodeStatus{}, err
+	}
+	st := NodeStatus{
+		Node: e.cfg.Node, CPUs: e.cfg.CPUs, MemoryBytes: e.cfg.MemoryBytes,
+		MemoryAdmissible: int64(float64(e.cfg.MemoryBytes) * e.cfg.MemoryOvercommit),
+		MemoryAvailable:  memAvailable(),
+		Sandboxes:        int64(len(recs)),
+	}
+	for name := range e.cfg.Backends {
+		st.Backends = append(st.Backends, name)
+	}
+	e.mu.Lock()
+	st.MemoryCommitted = e.committed
+	e.mu.Unlock()
+	return st, nil
+}

@@ -1,0 +1,134 @@
+// Package placement chooses the node for a new sandbox: it filters the
+// nodes that can run the request (backend, memory headroom), then picks the
+// least loaded of k random candidates (the power of k choices), counting its
+// own recent placements so that a burst does not pile onto the node that
+// looked emptiest at the last poll. It returns a full order so that the
+// caller can try the next node when an edge refuses.
+package placement
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Node is what placement knows of one node.
+type Node struct {
+	Name     string
+	Backends []string
+	// MemoryAdmissible is what the node admits in all; MemoryCommitted is
+	// what its sandboxes hold.
+	MemoryAdmissible int64
+	MemoryCommitted  int64
+	Sandboxes        int64
+	Healthy          bool
+}
+
+// Request is what a new sandbox needs.
+type Request struct {
+	Backend     string
+	MemoryBytes int64
+}
+
+// Config configures a Placer; the zero value works.
+type Config struct {
+	// K is how many random candidates are compared (default 2).
+	K int
+	// RecentWindow is how long a placement counts against its node before
+	// the node's own report covers it (default 5 s).
+	RecentWindow time.Duration
+}
+
+// Placer orders nodes for requests. It is safe for concurrent use.
+type Placer struct {
+	k      int
+	window time.Duration
+
+	mu sync.Mutex
+	// guarded by mu
+	recent map[string][]placed
+}
+
+type placed struct {
+	at  time.Time
+	mem int64
+}
+
+// New returns a Placer.
+func New(cfg Config) *Placer {
+	if cfg.K <= 0 {
+		cfg.K = 2
+	}
+	if cfg.RecentWindow <= 0 {
+		cfg.RecentWindow = 5 * time.Second
+	}
+	return &Placer{k: cfg.K, window: cfg.RecentWindow, recent: map[string][]placed{}}
+}
+
+// Order returns the names of the nodes that can take req, best first.
+func (p *Placer) Order(nodes []Node, req Request) []string {
+	now := time.Now()
+	p.mu.Lock()
+	type cand struct {
+		name string
+		load float64
+	}
+	var cands []cand
+	for _, n := range nodes {
+		if !n.Healthy || !slices.Contains(n.Backends, req.Backend) {
+			continue
+		}
+		extra := p.recentMem(n.Name, now)
+		free := n.MemoryAdmissible - n.MemoryCommitted - extra
+		if free < req.MemoryBytes {
+			continue
+		}
+		load := 1.0
+		if n.MemoryAdmissible > 0 {
+			load = float64(n.MemoryCommitted+extra) / float64(n.MemoryAdmissible)
+		}
+		cands = append(cands, cand{n.Name, load})
+	}
+	p.mu.Unlock()
+	order := make([]string, 0, len(cands))
+	for len(cands) > 0 {
+		best := -1
+		for range min(p.k, len(cands)) {
+			i := rand.IntN(len(cands))
+			if best < 0 || cands[i].load < cands[best].load {
+				best = i
+			}
+		}
+		order = append(order, cands[best].name)
+		cands = slices.Delete(cands, best, best+1)
+	}
+	return order
+}
+
+// Placed records that a sandbox went to node.
+func (p *Placer) Placed(node string, mem int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.recent[node] = append(p.recent[node], placed{at: time.Now(), mem: mem})
+}
+
+// recentMem sums the memory of recent placements on node; guarded by mu.
+func (p *Placer) recentMem(node string, now time.Time) int64 {
+	rs := p.recent[node]
+	i := 0
+	for i < len(rs) && now.Sub(rs[i].at) > p.window {
+		i++
+	}
+	rs = rs[i:]
+	if len(rs) == 0 {
+		delete(p.recent, node)
+		return 0
+	}
+	p.recent[node] = rs
+	var sum int64
+	for _, r := range rs {
+		sum += r.mem
+	}
+	return sum
+}

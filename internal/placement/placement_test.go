@@ -1,0 +1,52 @@
+package placement
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestOrderFilters(t *testing.T) {
+	nodes := []Node{
+		{Name: "a", Backends: []string{"container"}, MemoryAdmissible: 100, MemoryCommitted: 10, Healthy: true},
+		{Name: "b", Backends: []string{"microvm"}, MemoryAdmissible: 100, Healthy: true},
+		{Name: "c", Backends: []string{"container"}, MemoryAdmissible: 100, MemoryCommitted: 95, Healthy: true},
+		{Name: "d", Backends: []string{"container"}, MemoryAdmissible: 100, Healthy: false},
+	}
+	p := New(Config{})
+	got := p.Order(nodes, Request{Backend: "container", MemoryBytes: 10})
+	if d := cmp.Diff([]string{"a"}, got); d != "" {
+		t.Errorf("Order mismatch (-want +got):\n%s", d)
+	}
+}
+
+func TestOrderPrefersLessLoaded(t *testing.T) {
+	nodes := []Node{
+		{Name: "busy", Backends: []string{"container"}, MemoryAdmissible: 1000, MemoryCommitted: 900, Healthy: true},
+		{Name: "idle", Backends: []string{"container"}, MemoryAdmissible: 1000, MemoryCommitted: 0, Healthy: true},
+	}
+	p := New(Config{K: 2})
+	first := map[string]int{}
+	for range 200 {
+		first[p.Order(nodes, Request{Backend: "container", MemoryBytes: 1})[0]]++
+	}
+	// With k=2 of 2 nodes, both are compared at least half the time.
+	if first["idle"] < 140 {
+		t.Errorf("idle node first %d of 200 times, want most", first["idle"])
+	}
+}
+
+func TestRecentPlacementsCount(t *testing.T) {
+	nodes := []Node{{Name: "a", Backends: []string{"container"}, MemoryAdmissible: 100, Healthy: true}}
+	p := New(Config{})
+	for range 9 {
+		p.Placed("a", 10)
+	}
+	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: 10}); len(got) != 1 {
+		t.Errorf("Order after 90 of 100 placed = %v, want [a]", got)
+	}
+	p.Placed("a", 10)
+	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: 10}); len(got) != 0 {
+		t.Errorf("Order after 100 of 100 placed = %v, want none", got)
+	}
+}

@@ -1,0 +1,266 @@
+// Package server runs the single-node platform of `dsec up`: embedded etcd,
+// the apiserver, placement, the watcher and one edge with its backends, in
+// one process. The pieces talk through the interfaces they use across
+// machines (the edge serves its API on a unix socket that the apiserver
+// dials like any remote edge), so the single-node default runs the fleet's
+// code.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
+
+	"github.com/dsecproject/dsec/internal/apiserver"
+	"github.com/dsecproject/dsec/internal/blobstore"
+	"github.com/dsecproject/dsec/internal/cluster"
+	"github.com/dsecproject/dsec/internal/edge"
+	"github.com/dsecproject/dsec/internal/edge/backend/container"
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/edgeclient"
+	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/placement"
+	"github.com/dsecproject/dsec/internal/rootfs"
+	"github.com/dsecproject/dsec/internal/watcher"
+)
+
+// Config configures `dsec up`. Zero fields take CONTRACT.md's defaults.
+type Config struct {
+	StateDir string
+	// Listen is the API address (default 127.0.0.1:7420).
+	Listen string
+	// Node names this node (default: from the host name).
+	Node string
+	// Runtime is the OCI runtime of the container backend.
+	Runtime string
+	// Self is the static dsec binary (default: the running executable).
+	Self     string
+	IDMap    rootfs.IDMap
+	Defaults edge.Defaults
+	// MemoryOvercommit (default 4) and MemoryReserve (default 512 MiB) are
+	// the edge's admission settings.
+	MemoryOvercommit float64
+	MemoryReserve    int64
+	Version          string
+	Logger           *slog.Logger
+	// Ready is called once the platform serves requests.
+	Ready func(addr string)
+}
+
+// DefaultStateDir is where `dsec up` keeps its state.
+const DefaultStateDir = "/var/lib/dsec"
+
+// DefaultListen is the API's default address.
+const DefaultListen = "127.0.0.1:7420"
+
+// Run runs the platform until ctx ends, then shuts it down without
+// stopping sandboxes.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger
+	if cfg.Node == "" {
+		cfg.Node = NodeNameFromHost()
+	}
+	// 0711: sandboxes' roots are mounted below it, and a runtime sets them
+	// up as the sandbox's (unprivileged) root, which must be able to
+	// traverse the path; nothing in it can be listed by others.
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
+		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
+	}
+	for _, d := range []string{"run", "logs"} {
+		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	// Bind first: a busy port is the most common start-up failure.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return errdefs.Newf(errdefs.ErrUnavailable, "listen on %s (--listen): %v", cfg.Listen, err)
+	}
+	defer ln.Close()
+
+	etcd, err := cluster.StartEmbedded(ctx, cluster.EmbedConfig{Dir: filepath.Join(cfg.StateDir, "etcd"), Logger: log})
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	store := cluster.NewStore(etcd.Client(), cluster.StoreConfig{Logger: log})
+	if _, err := store.EnsureAdminKey(ctx, filepath.Join(cfg.StateDir, "admin.key")); err != nil {
+		return fmt.Errorf("admin key: %w", err)
+	}
+	blobs, err := blobstore.New(filepath.Join(cfg.StateDir, "store"))
+	if err != nil {
+		return err
+	}
+
+	be, err := container.New(ctx, container.Config{
+		StateDir: cfg.StateDir, Runtime: cfg.Runtime, Self: cfg.Self, IDMap: cfg.IDMap,
+		Version: cfg.Version, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	ed, err := edge.New(ctx, edge.Config{
+		Node: cfg.Node, StateDir: cfg.StateDir,
+		Backends:       map[string]sandbox.Backend{container.Name: be},
+		DefaultBackend: container.Name,
+		Images:         &Images{Cluster: store, Blobs: blobs},
+		Defaults:       cfg.Defaults, MemoryOvercommit: cfg.MemoryOvercommit, MemoryReserve: cfg.MemoryReserve,
+		Version: cfg.Version, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer ed.Close()
+
+	token := randomToken()
+	edgeSock := filepath.Join(cfg.StateDir, "run", "edge.sock")
+	_ = os.Remove(edgeSock)
+	edgeLn, err := net.Listen("unix", edgeSock)
+	if err != nil {
+		return fmt.Errorf("edge socket: %w", err)
+	}
+	if err := os.Chmod(edgeSock, 0o600); err != nil {
+		edgeLn.Close()
+		return err
+	}
+	edgeSrv := &http.Server{Handler: h2c.NewHandler(ed.Handler(token), &http2.Server{}), ReadHeaderTimeout: 10 * time.Second}
+	edgeDone := make(chan error, 1)
+	go func() { edgeDone <- edgeSrv.Serve(edgeLn) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = edgeSrv.Shutdown(sctx)
+		<-edgeDone
+	}()
+
+	reg, err := store.RegisterNode(ctx, cluster.Node{
+		Name: cfg.Node, Addr: "unix://" + edgeSock, Backends: []string{container.Name},
+		Version: cfg.Version,
+	})
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+
+	pool := edgeclient.NewPool(token)
+	defer pool.Close()
+	w := watcher.New(ctx, watcher.Config{Nodes: store, Pool: pool, Logger: log})
+	defer w.Close()
+
+	var ready atomic.Bool
+	api := apiserver.New(apiserver.Config{
+		Cluster: store, Blobs: blobs, Watcher: w, Pool: pool,
+		Placer: placement.New(placement.Config{}), DefaultBackend: container.Name,
+		Ready: ready.Load, Logger: log,
+	})
+	srv := &http.Server{
+		Handler:           h2c.NewHandler(api.Handler(), &http2.Server{}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Serve(ln) }()
+	ready.Store(true)
+	addr := "http://" + ln.Addr().String()
+	log.Info("dsec is up", "api", addr, "node", cfg.Node, "state_dir", cfg.StateDir,
+		"admin_key", filepath.Join(cfg.StateDir, "admin.key"))
+	if cfg.Ready != nil {
+		cfg.Ready(addr)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-srvDone:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("API server: %w", err)
+		}
+	case <-etcd.Done():
+		return errors.New("embedded etcd stopped")
+	}
+	log.Info("shutting down; sandboxes keep running")
+	ready.Store(false)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	<-srvDone
+	return nil
+}
+
+func randomToken() string {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// NodeNameFromHost makes a node name from the host name.
+func NodeNameFromHost() string {
+	h, _ := os.Hostname()
+	h = strings.ToLower(strings.Split(h, ".")[0])
+	var b strings.Builder
+	for _, c := range h {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' {
+			b.WriteRune(c)
+		}
+	}
+	s := strings.Trim(b.String(), "-")
+	if len(s) > 40 {
+		s = strings.Trim(s[:40], "-")
+	}
+	if s == "" {
+		s = "node"
+	}
+	return s
+}
+
+// Images resolves images from the cluster state and the local blob store.
+type Images struct {
+	Cluster *cluster.Store
+	Blobs   *blobstore.Dir
+}
+
+// Resolve implements edge.ImageResolver.
+func (im *Images) Resolve(ctx context.Context, name string) (edge.Image, error) {
+	ref, err := cluster.ParseRef(name)
+	if err != nil {
+		return edge.Image{}, err
+	}
+	img, err := im.Cluster.GetImage(ctx, ref)
+	if err != nil {
+		return edge.Image{}, err
+	}
+	out := edge.Image{Name: ref.String(), Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User}
+	for _, d := range img.Layers {
+		p, err := im.Blobs.Path(d)
+		if err != nil {
+			return edge.Image{}, fmt.Errorf("image %s: layer %s: %w", ref, d, err)
+		}
+		out.Layers = append(out.Layers, sandbox.Layer{Digest: d, Path: p})
+	}
+	return out, nil
+}
