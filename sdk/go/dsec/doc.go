@@ -1,0 +1,36 @@
+// Package dsec is the Go client of the dsec sandbox platform: create
+// sandboxes, run commands in them, move files in and out, manage images and
+// API keys.
+//
+// A program normally finds the server and its key the way the dsec CLI
+// does, then shares one Client:
+//
+//	cfg, err := dsec.LoadConfig(dsec.Config{}) // DSEC_ADDR, DSEC_API_KEY, config file, admin.key
+//	if err != nil { ... }
+//	c, err := dsec.New(cfg)
+//	if err != nil { ... }
+//	defer c.Close()
+//
+//	sb, err := c.Create(ctx, dsec.CreateOptions{Image: "python:3.12", Memory: 1 << 30})
+//	if err != nil { ... }
+//	defer sb.Delete(context.WithoutCancel(ctx))
+//	res, err := sb.Shell(ctx, "python3 -c 'print(6*7)'")
+//	// res.Stdout == "42\n", res.ExitCode == 0
+//
+// # Errors
+//
+// Every failed call returns an error that wraps one of the kinds ErrNotFound,
+// ErrInvalidArgument, … (classify it with errors.Is), usually as an *Error
+// that also carries the server's message and its retry hint (RetryAfter, set
+// with ErrResourceExhausted when the platform is full). A canceled context
+// gives context.Canceled. A command that runs and fails is not an error:
+// its ExitStatus says how it ended.
+//
+// # Connections
+//
+// The Client speaks Connect over HTTP/2 without TLS (h2c, prior knowledge)
+// to http:// addresses, so that thousands of concurrent calls and exec
+// streams share few connections, and HTTP/2 or HTTP/1.1 over TLS to https://
+// ones. Config.HTTPClient replaces that transport, for example with one
+// that speaks HTTP/1.1 to a proxy that lacks h2c.
+package dsec

@@ -1,0 +1,278 @@
+package dsec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"time"
+
+	"connectrpc.com/connect"
+
+	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
+)
+
+// ExecRequest is a command to run in a sandbox. Exactly one of Argv and
+// Shell is set.
+type ExecRequest struct {
+	// Argv runs directly: Argv[0] is looked up in PATH.
+	Argv []string
+	// Shell runs with /bin/sh -c.
+	Shell string
+	// Env is added to the sandbox's environment.
+	Env map[string]string
+	// Cwd is the working directory (default: the sandbox's).
+	Cwd string
+	// User is a name, uid or uid:gid in the sandbox (default: the
+	// sandbox's).
+	User string
+	// Stdin is written to the command's standard input, which is then
+	// closed.
+	Stdin []byte
+	// Timeout kills the command's process group after this long (default:
+	// no limit beyond the sandbox's TTLs).
+	Timeout time.Duration
+}
+
+// ExecOption changes an ExecRequest.
+type ExecOption func(*ExecRequest)
+
+// WithEnv adds environment variables to the command's.
+func WithEnv(env map[string]string) ExecOption {
+	return func(r *ExecRequest) {
+		if r.Env == nil {
+			r.Env = make(map[string]string, len(env))
+		}
+		maps.Copy(r.Env, env)
+	}
+}
+
+// WithCwd sets the command's working directory.
+func WithCwd(dir string) ExecOption { return func(r *ExecRequest) { r.Cwd = dir } }
+
+// WithUser runs the command as user: a name, uid or uid:gid.
+func WithUser(user string) ExecOption { return func(r *ExecRequest) { r.User = user } }
+
+// WithStdin gives the command data on its standard input.
+func WithStdin(data []byte) ExecOption { return func(r *ExecRequest) { r.Stdin = data } }
+
+// WithTimeout kills the command after d; the result then says TimedOut.
+func WithTimeout(d time.Duration) ExecOption { return func(r *ExecRequest) { r.Timeout = d } }
+
+// ExitStatus is how a command ended. A command that ran and failed is not
+// an error: look at ExitCode, Signal, TimedOut and OOMKilled.
+type ExitStatus struct {
+	// ExecID names the command in its sandbox, to attach to it later.
+	ExecID string
+	// ExitCode is the command's exit code when it exited.
+	ExitCode int
+	// Signal is the number of the signal that ended it (ExitCode is then 0).
+	Signal int
+	// TimedOut: the request's timeout killed the command's process group.
+	TimedOut bool
+	// OOMKilled: the kernel killed it for memory.
+	OOMKilled bool
+	// StdoutTruncated and StderrTruncated: the stream passed its cap and
+	// the rest of it was dropped.
+	StdoutTruncated bool
+	StderrTruncated bool
+	// Duration is how long the command ran.
+	Duration time.Duration
+}
+
+// Code returns the exit code a shell reports for the command, as the CLI
+// does: 124 when it timed out, 128+N when signal N ended it, else its exit
+// code.
+func (s ExitStatus) Code() int {
+	switch {
+	case s.TimedOut:
+		return 124
+	case s.Signal != 0:
+		return 128 + s.Signal
+	}
+	return s.ExitCode
+}
+
+// ExecResult is a finished command with its collected output.
+type ExecResult struct {
+	ExitStatus
+	Stdout []byte
+	Stderr []byte
+}
+
+// Exec runs argv in the sandbox, waits for it, and returns its output. See
+// ExecStream for the errors.
+func (s *Sandbox) Exec(ctx context.Context, argv []string, opts ...ExecOption) (*ExecResult, error) {
+	req := ExecRequest{Argv: argv}
+	for _, o := range opts {
+		o(&req)
+	}
+	return s.collect(ctx, req)
+}
+
+// Shell runs cmd with /bin/sh -c in the sandbox, waits for it, and returns
+// its output. See ExecStream for the errors.
+func (s *Sandbox) Shell(ctx context.Context, cmd string, opts ...ExecOption) (*ExecResult, error) {
+	req := ExecRequest{Shell: cmd}
+	for _, o := range opts {
+		o(&req)
+	}
+	return s.collect(ctx, req)
+}
+
+func (s *Sandbox) collect(ctx context.Context, req ExecRequest) (*ExecResult, error) {
+	var stdout, stderr bytes.Buffer
+	st, err := s.ExecStream(ctx, req, &stdout, &stderr)
+	res := &ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	if st != nil {
+		res.ExitStatus = *st
+	}
+	if err != nil {
+		if st == nil {
+			return nil, err
+		}
+		return res, err
+	}
+	return res, nil
+}
+
+// ExecStream runs a command and writes its output to stdout and stderr (nil
+// discards) as it arrives, then returns how it ended. The writers are called
+// from the calling goroutine only, one chunk at a time.
+//
+// When the call fails after the command started (the connection broke, the
+// server went away, a writer failed, ctx ended), the command may still be
+// running: ExecStream then returns a status whose only field is ExecID
+// along with the error, so that the caller can attach to it later. A stream
+// that ends without the command's exit is ErrUnavailable.
+func (s *Sandbox) ExecStream(ctx context.Context, req ExecRequest, stdout, stderr io.Writer) (*ExitStatus, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if (len(req.Argv) == 0) == (req.Shell == "") {
+		return nil, newError(ErrInvalidArgument, "exec: give either a command (argv) or a shell line, not both or neither (example: []string{\"ls\", \"-l\"})")
+	}
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	// Canceled on return, so the stream is torn down on every path.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	stream, err := s.c.sandboxes.Exec(ctx, connect.NewRequest(s.execRequest(req)))
+	if err != nil {
+		return nil, s.c.err(err)
+	}
+	defer stream.Close()
+
+	var execID string
+	// failed returns err, with the exec ID when the command started.
+	failed := func(err error) (*ExitStatus, error) {
+		if execID == "" {
+			return nil, err
+		}
+		var de *Error
+		if errors.As(err, &de) {
+			de.Message = fmt.Sprintf("exec %s in sandbox %s: %s", execID, s.ID, de.Message)
+		} else {
+			err = fmt.Errorf("exec %s in sandbox %s: %w", execID, s.ID, err)
+		}
+		return &ExitStatus{ExecID: execID}, err
+	}
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *sandboxv1.ExecResponse_Started:
+			execID = ev.Started.GetExecId()
+		case *sandboxv1.ExecResponse_Output:
+			w := stdout
+			if ev.Output.GetStream() == sandboxv1.Stream_STREAM_STDERR {
+				w = stderr
+			}
+			if _, err := w.Write(ev.Output.GetData()); err != nil {
+				return failed(fmt.Errorf("write %s: %w", streamName(ev.Output.GetStream()), err))
+			}
+		case *sandboxv1.ExecResponse_Exit:
+			return exitStatus(execID, ev.Exit), nil
+		}
+		// Keepalives and events this version does not know are skipped.
+	}
+	if err := stream.Err(); err != nil {
+		return failed(s.c.err(err))
+	}
+	if ctx.Err() != nil {
+		return failed(s.c.err(ctx.Err()))
+	}
+	if execID == "" {
+		return nil, newError(ErrUnavailable, "exec in sandbox %s: the stream ended before the command started; it is unknown whether it ran", s.ID)
+	}
+	return failed(newError(ErrUnavailable, "the stream ended before the command exited; it may still be running: attach to it by its exec ID"))
+}
+
+func exitStatus(execID string, e *sandboxv1.ExecExit) *ExitStatus {
+	st := &ExitStatus{
+		ExecID:          execID,
+		ExitCode:        int(e.GetExitCode()),
+		Signal:          int(e.GetSignal()),
+		TimedOut:        e.GetTimedOut(),
+		OOMKilled:       e.GetOomKilled(),
+		StdoutTruncated: e.GetStdoutTruncated(),
+		StderrTruncated: e.GetStderrTruncated(),
+	}
+	if e.GetDuration() != nil {
+		st.Duration = e.GetDuration().AsDuration()
+	}
+	return st
+}
+
+func streamName(s sandboxv1.Stream) string {
+	if s == sandboxv1.Stream_STREAM_STDERR {
+		return "stderr"
+	}
+	return "stdout"
+}
+
+func (s *Sandbox) execRequest(req ExecRequest) *sandboxv1.ExecRequest {
+	return &sandboxv1.ExecRequest{
+		SandboxId: s.ID,
+		Argv:      req.Argv,
+		Shell:     req.Shell,
+		Env:       req.Env,
+		Cwd:       req.Cwd,
+		User:      req.User,
+		Stdin:     req.Stdin,
+		Timeout:   optDuration(req.Timeout),
+	}
+}
+
+// ExecDetached starts a command and returns its exec ID as soon as it
+// runs, without waiting for it: the command runs on in the sandbox and its
+// output is kept there.
+func (s *Sandbox) ExecDetached(ctx context.Context, req ExecRequest) (string, error) {
+	if err := s.check(); err != nil {
+		return "", err
+	}
+	if (len(req.Argv) == 0) == (req.Shell == "") {
+		return "", newError(ErrInvalidArgument, "exec: give either a command (argv) or a shell line, not both or neither")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := s.c.sandboxes.Exec(ctx, connect.NewRequest(s.execRequest(req)))
+	if err != nil {
+		return "", s.c.err(err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if ev, ok := stream.Msg().GetEvent().(*sandboxv1.ExecResponse_Started); ok {
+			return ev.Started.GetExecId(), nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return "", s.c.err(err)
+	}
+	return "", newError(ErrUnavailable, "exec in sandbox %s: the stream ended before the command started; it is unknown whether it ran", s.ID)
+}
