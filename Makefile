@@ -1,0 +1,45 @@
+# dsec — make targets. `make help` lists them.
+GO      ?= go
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The binary is static: it is also the init inside sandboxes whose root file
+# systems have no C library.
+LDFLAGS := -X main.version=$(VERSION) -linkmode external -extldflags -static
+TAGS    := netgo,osusergo
+
+.PHONY: help build test test-root test-all lint fmt gen check-gen bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: ## build the static binary bin/dsec
+	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -ldflags '$(LDFLAGS)' -o bin/dsec ./cmd/dsec
+
+test: ## unit tests with -race (root tests skip without root)
+	$(GO) test -race ./...
+
+test-root: build ## every test as root, including real sandboxes (sudo make test-root)
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) test -race -count=1 ./...
+
+test-all: ## what CI runs: packages, build, generated code, lint, all tests
+	scripts/test.sh
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$\|connect\.go$$')); \
+		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+fmt: ## format the code
+	gofmt -w $$(git ls-files '*.go')
+
+gen: ## regenerate the protobuf API code
+	scripts/gen.sh
+
+check-gen: ## fail when the generated API code is stale
+	@scripts/gen.sh && git diff --exit-code --stat -- api || \
+		(echo "generated code is stale: run make gen and commit" && exit 1)
+
+bench: build ## run the benchmarks in bench/ (prints JSON and a table)
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/createexec
+
+clean: ## remove build output
+	rm -rf bin

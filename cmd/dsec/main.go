@@ -1,0 +1,116 @@
+// Command dsec is the whole platform in one binary: `dsec up` runs it on
+// one machine, the other verbs are its command-line client, and hidden
+// verbs serve as the node keeper. Built statically (make build), the same
+// binary is also each sandbox's init and the exec helper (see
+// internal/nsexec, which takes over before the Go runtime starts).
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+
+	_ "github.com/dsecproject/dsec/internal/nsexec" // init and exec helper modes
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = ""
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" {
+			if dirty {
+				rev += "-dirty"
+			}
+			return "dev-" + rev
+		}
+	}
+	return "dev"
+}
+
+// exitError carries a process exit code (an exec'd command's) without a
+// message.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func main() {
+	root := newRootCmd()
+	err := root.Execute()
+	var ee exitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		os.Exit(ee.code)
+	default:
+		fmt.Fprintln(os.Stderr, "dsec:", err)
+		os.Exit(exitCodeOf(err))
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:   "dsec",
+		Short: "Elastic sandboxes for AI agents",
+		Long: `dsec creates isolated, stateful sandboxes for agents and runs their commands.
+
+Start the platform on this machine with "dsec up -d", then:
+  dsec image build busybox --from-dir ./rootfs
+  dsec run busybox -- echo hello
+  dsec run -d busybox            # prints a sandbox ID
+  dsec exec ID -- ls /
+  dsec ps`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       buildVersion(),
+	}
+	root.PersistentFlags().StringVar(&g.addr, "addr", "", "API address (default $DSEC_ADDR, the config file, or http://127.0.0.1:7420)")
+	root.PersistentFlags().StringVar(&g.apiKey, "api-key", "", "API key (default $DSEC_API_KEY, ~/.config/dsec/config.toml, or <state-dir>/admin.key)")
+	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "state directory of a local dsec (default $DSEC_STATE_DIR or /var/lib/dsec)")
+	root.AddCommand(
+		newUpCmd(g),
+		newKeeperCmd(g),
+		newRunCmd(g),
+		newExecCmd(g),
+		newPsCmd(g),
+		newRmCmd(g),
+		newCpCmd(g),
+		newImageCmd(g),
+		newKeyCmd(g),
+	)
+	return root
+}
+
+// globalFlags are the flags every client command shares.
+type globalFlags struct {
+	addr, apiKey, stateDir string
+}
+
+func (g *globalFlags) resolvedStateDir() string {
+	if g.stateDir != "" {
+		return g.stateDir
+	}
+	if d := os.Getenv("DSEC_STATE_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/dsec"
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsecproject/dsec/sdk/go/dsec"
+)
+
+func newPsCmd(g *globalFlags) *cobra.Command {
+	var (
+		quiet    bool
+		output   string
+		selector []string
+	)
+	cmd := &cobra.Command{
+		Use:   "ps",
+		Short: "List sandboxes",
+		Long: `List the sandboxes your key may see: ID, image, state, age, time left before the
+hard TTL, and labels. -l filters by labels (repeatable, ANDed).`,
+		Example: `  dsec ps
+  dsec ps -q -l job=eval
+  dsec ps -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "" && output != "table" && output != "json" {
+				return usageErrorf("-o %q: use table or json", output)
+			}
+			sel, err := parseKV("-l", selector)
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			sbs, err := c.List(cmd.Context(), sel)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case quiet:
+				for _, sb := range sbs {
+					fmt.Fprintln(out, sb.ID)
+				}
+			case output == "json":
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if sbs == nil {
+					sbs = []*dsec.Sandbox{}
+				}
+				return enc.Encode(sbs)
+			default:
+				tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tIMAGE\tSTATE\tAGE\tTTL LEFT\tMEMORY\tCPUS\tLABELS")
+				now := time.Now()
+				for _, sb := range sbs {
+					state := sb.State
+					if sb.Reason != "" && sb.State != dsec.StateRunning {
+						state += " (" + sb.Reason + ")"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\n", sb.ID, sb.Image, state,
+						human(now.Sub(sb.CreatedAt)), human(sb.ExpiresAt.Sub(now)),
+						dsec.FormatSize(sb.Resources.Memory), sb.Resources.CPUs, labelString(sb.Labels))
+				}
+				return tw.Flush()
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&quiet, "quiet", "q", false, "print only IDs")
+	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.StringArrayVarP(&selector, "label", "l", nil, "only sandboxes with label k=v (repeatable, ANDed)")
+	return cmd
+}
+
+func labelString(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// human prints a duration the way ps tables do: 5s, 3m, 2h, 4d.
+func human(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func newRmCmd(g *globalFlags) *cobra.Command {
+	var selector []string
+	cmd := &cobra.Command{
+		Use:   "rm [ID...] [-l k=v]",
+		Short: "Delete sandboxes",
+		Long: `Delete sandboxes by ID, or every sandbox matching the labels of -l (repeatable,
+ANDed). Deleting stops the sandbox and removes its files. Prints the IDs deleted.`,
+		Example: `  dsec rm ID
+  dsec rm -l job=eval`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sel, err := parseKV("-l", selector)
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 && len(sel) == 0 {
+				return usageErrorf("name sandbox IDs or a label selector (-l k=v)")
+			}
+			if len(args) > 0 && len(sel) > 0 {
+				return usageErrorf("give IDs or -l, not both")
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			out := cmd.OutOrStdout()
+			if len(sel) > 0 {
+				ids, err := c.DeleteSelector(cmd.Context(), sel)
+				for _, id := range ids {
+					fmt.Fprintln(out, id)
+				}
+				return err
+			}
+			var firstErr error
+			for _, id := range args {
+				if err := c.Delete(cmd.Context(), id); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "dsec: %s: %v\n", id, err)
+					if firstErr == nil {
+						firstErr = err
+					}
+					continue
+				}
+				fmt.Fprintln(out, id)
+			}
+			if firstErr != nil {
+				return exitError{exitCodeOf(firstErr)}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&selector, "label", "l", nil, "delete sandboxes with label k=v (repeatable, ANDed)")
+	return cmd
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsecproject/dsec/internal/edge"
+	"github.com/dsecproject/dsec/internal/keeper"
+	"github.com/dsecproject/dsec/internal/rootfs"
+	"github.com/dsecproject/dsec/internal/server"
+	"github.com/dsecproject/dsec/sdk/go/dsec"
+)
+
+func newUpCmd(g *globalFlags) *cobra.Command {
+	var (
+		listen, node, runtime, logLevel string
+		detach                          bool
+		uidBase, uidCount               uint32
+		overcommit                      float64
+		reserve                         string
+	)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the whole platform on this machine",
+		Long: `Run the single-node platform: API server, placement, watcher, one edge with
+the container backend, and an embedded etcd, all in this process (plus one node
+keeper process that owns the sandboxes and outlives it).
+
+In the foreground it runs until Ctrl-C or SIGTERM, which stop the platform but
+not the sandboxes: the next "dsec up" finds them again. With -d it starts in the
+background and returns once the API answers (exit 0) or start-up failed.
+
+On first start it writes an admin API key to <state-dir>/admin.key (0600).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			stateDir := g.resolvedStateDir()
+			if detach {
+				return upDetached(cmd, stateDir, listen)
+			}
+			level := slog.LevelInfo
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			res, err := dsec.ParseSize(reserve)
+			if err != nil {
+				return fmt.Errorf("--memory-reserve: %w", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return server.Run(ctx, server.Config{
+				StateDir: stateDir, Listen: listen, Node: node, Runtime: runtime,
+				IDMap:            rootfs.IDMap{HostID: uidBase, Size: uidCount},
+				Defaults:         edge.ContractDefaults,
+				MemoryOvercommit: overcommit, MemoryReserve: res,
+				Version: buildVersion(), Logger: log,
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&detach, "detach", "d", false, "start in the background and return once ready")
+	f.StringVar(&listen, "listen", server.DefaultListen, "address of the API (host:port)")
+	f.StringVar(&node, "node", "", "name of this node, the prefix of its sandbox IDs (default: from the host name)")
+	f.StringVar(&runtime, "runtime", "", "OCI runtime: crun, runc or a path (default: crun if installed, else runc)")
+	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the range sandboxes share")
+	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "size of the sandboxes' uid/gid range")
+	f.Float64Var(&overcommit, "memory-overcommit", 4, "memory limits may add up to this many times the node's memory")
+	f.StringVar(&reserve, "memory-reserve", "512M", "refuse new sandboxes while less memory than this is available")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// upDetached starts `dsec up` in the background and waits until it is ready
+// or has failed.
+func upDetached(cmd *cobra.Command, stateDir, listen string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o700); err != nil {
+		return err
+	}
+	logPath := filepath.Join(stateDir, "logs", "dsec.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	var args []string
+	for _, a := range os.Args[1:] {
+		if a == "-d" || a == "--detach" || a == "--detach=true" {
+			continue
+		}
+		args = append(args, a)
+	}
+	if !strings.Contains(strings.Join(args, " "), "--state-dir") {
+		args = append(args, "--state-dir", stateDir)
+	}
+	c := exec.Command(self, args...)
+	c.Stdout, c.Stderr = logf, logf
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		return fmt.Errorf("start dsec up: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- c.Wait() }()
+	url := "http://" + listen + "/healthz"
+	deadline := time.After(90 * time.Second)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("dsec up exited during start-up (%v); its log:\n%s", err, tail(logPath, 20))
+		case <-deadline:
+			_ = c.Process.Signal(syscall.SIGTERM)
+			return fmt.Errorf("dsec up did not become ready within 90s; see %s", logPath)
+		case <-time.After(50 * time.Millisecond):
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				fmt.Fprintf(cmd.OutOrStdout(), "dsec is up at http://%s (pid %d, log %s)\n", listen, c.Process.Pid, logPath)
+				return nil
+			}
+		}
+	}
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func newKeeperCmd(g *globalFlags) *cobra.Command {
+	var (
+		runtime, cgroupParent string
+		uidBase, uidCount     uint32
+	)
+	cmd := &cobra.Command{
+		Use:    "keeper",
+		Short:  "Run the node keeper (started by dsec up; not for direct use)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			err := keeper.Run(ctx, keeper.Config{
+				StateDir: g.resolvedStateDir(), Runtime: runtime, CgroupParent: cgroupParent,
+				IDMap:   rootfs.IDMap{HostID: uidBase, Size: uidCount},
+				Version: buildVersion(), Logger: log,
+			})
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&runtime, "runtime", "", "OCI runtime")
+	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup holding every sandbox")
+	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the sandboxes' range")
+	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "size of the range")
+	return cmd
+}

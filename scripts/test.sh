@@ -1,0 +1,18 @@
+#!/bin/sh
+# test.sh: the README's second command and what CI runs (.ci/run). Installs
+# what the tests need, builds, checks the generated code and formatting,
+# then runs every test with -race: unit tests, root tests that create real
+# sandboxes, and end-to-end tests through the SDK and CLI against a real
+# `dsec up`. Root tests need root; in CI (CI=true) nothing is skipped.
+set -eu
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+need_root
+find_go
+install_packages $RUNTIME_PACKAGES $BUILD_PACKAGES
+echo "== build"
+make -s build
+echo "== generated code and formatting"
+make -s check-gen lint
+echo "== tests"
+DSEC_BIN="$(pwd)/bin/dsec" go test -race -count=1 -timeout 20m ./...
