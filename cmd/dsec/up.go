@@ -26,6 +26,7 @@ import (
 func newUpCmd(g *globalFlags) *cobra.Command {
 	var (
 		listen, node, runtime, logLevel string
+		cgroupParent                    string
 		detach                          bool
 		uidBase, uidCount               uint32
 		overcommit                      float64
@@ -62,6 +63,7 @@ On first start it writes an admin API key to <state-dir>/admin.key (0600).`,
 			defer stop()
 			return server.Run(ctx, server.Config{
 				StateDir: stateDir, Listen: listen, Node: node, Runtime: runtime,
+				CgroupParent:     cgroupParent,
 				IDMap:            rootfs.IDMap{HostID: uidBase, Size: uidCount},
 				Defaults:         edge.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
@@ -79,6 +81,7 @@ On first start it writes an admin API key to <state-dir>/admin.key (0600).`,
 	f.Float64Var(&overcommit, "memory-overcommit", 4, "memory limits may add up to this many times the node's memory")
 	f.StringVar(&reserve, "memory-reserve", "512M", "refuse new sandboxes while less memory than this is available")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup (under each hierarchy's root) that holds every sandbox's cgroup")
 	return cmd
 }
 

@@ -47,9 +47,11 @@ type Config struct {
 	// Runtime is the OCI runtime of the container backend.
 	Runtime string
 	// Self is the static dsec binary (default: the running executable).
-	Self     string
-	IDMap    rootfs.IDMap
-	Defaults edge.Defaults
+	Self string
+	// CgroupParent is the cgroup holding every sandbox (default "dsec").
+	CgroupParent string
+	IDMap        rootfs.IDMap
+	Defaults     edge.Defaults
 	// MemoryOvercommit (default 4) and MemoryReserve (default 512 MiB) are
 	// the edge's admission settings.
 	MemoryOvercommit float64
@@ -119,7 +121,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	be, err := container.New(ctx, container.Config{
 		StateDir: cfg.StateDir, Runtime: cfg.Runtime, Self: cfg.Self, IDMap: cfg.IDMap,
-		Version: cfg.Version, Logger: log,
+		CgroupParent: cfg.CgroupParent,
+		Version:      cfg.Version, Logger: log,
 	})
 	if err != nil {
 		return err
