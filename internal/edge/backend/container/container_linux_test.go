@@ -25,7 +25,7 @@ import (
 // tests never touch a dsec that runs on the machine.
 type node struct {
 	stateDir, cgroupParent, self, runtime string
-	layers                       []sandbox.Layer
+	layers                                []sandbox.Layer
 }
 
 func newNode(t *testing.T) *node {

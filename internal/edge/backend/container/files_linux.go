@@ -76,5 +76,3 @@ func (b *Backend) fileInfo(i sandboxfs.Info) sandbox.FileInfo {
 		UID: b.cfg.IDMap.FromHost(i.UID), GID: b.cfg.IDMap.FromHost(i.GID),
 	}
 }
-
-
