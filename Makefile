@@ -23,10 +23,11 @@ test-root: build ## every test as root, including real sandboxes (sudo make test
 test-all: ## what CI runs: packages, build, generated code, lint, all tests
 	scripts/test.sh
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$\|connect\.go$$')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')

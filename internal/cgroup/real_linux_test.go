@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 	case "":
 		os.Exit(m.Run())
 	case "spin":
+		//lint:ignore SA5002 the child must burn CPU until it is frozen or killed
 		for {
 		}
 	case "sleep":

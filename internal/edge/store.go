@@ -7,6 +7,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
@@ -57,7 +58,7 @@ type store struct{ db *bolt.DB }
 func openStore(path string) (*store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, errdefs.Newf(errdefs.ErrAlreadyExists, "%s is locked: another dsec edge runs on this state directory", path)
 		}
 		return nil, fmt.Errorf("open node state %s: %w", path, err)
@@ -90,16 +91,6 @@ func openStore(path string) (*store, error) {
 }
 
 func (s *store) close() error { return s.db.Close() }
-
-func (s *store) put(r *Record) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketSandboxes).Put([]byte(r.ID), b)
-	})
-}
 
 // insert adds a record that must not exist yet.
 func (s *store) insert(r *Record) error {

@@ -111,13 +111,6 @@ func (r *reaper) watch(pid int) <-chan syscall.WaitStatus {
 	return ch
 }
 
-// forget stops watching pid (its exit will be dropped).
-func (r *reaper) forget(pid int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.waiters, pid)
-}
-
 func (r *reaper) close() {
 	signal.Stop(r.sig)
 	close(r.done)

@@ -21,9 +21,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
-
 	"github.com/dsecproject/dsec/internal/apiserver"
 	"github.com/dsecproject/dsec/internal/blobstore"
 	"github.com/dsecproject/dsec/internal/cluster"
@@ -152,7 +149,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		edgeLn.Close()
 		return err
 	}
-	edgeSrv := &http.Server{Handler: h2c.NewHandler(ed.Handler(token), &http2.Server{}), ReadHeaderTimeout: 10 * time.Second}
+	edgeSrv := &http.Server{Handler: ed.Handler(token), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
 	edgeDone := make(chan error, 1)
 	go func() { edgeDone <- edgeSrv.Serve(edgeLn) }()
 	defer func() {
@@ -182,10 +179,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Placer: placement.New(placement.Config{}), DefaultBackend: container.Name,
 		Ready: ready.Load, Logger: log,
 	})
-	srv := &http.Server{
-		Handler:           h2c.NewHandler(api.Handler(), &http2.Server{}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
+	srv := &http.Server{Handler: api.Handler(), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(ln) }()
 	ready.Store(true)
@@ -211,6 +205,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	_ = srv.Shutdown(sctx)
 	<-srvDone
 	return nil
+}
+
+// h2c serves HTTP/1.1 and HTTP/2 without TLS (prior knowledge), so gRPC
+// and Connect clients can stream over plain loopback connections.
+func h2c() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }
 
 func randomToken() string {
