@@ -36,6 +36,7 @@ func TestPlatform(t *testing.T) {
 	t.Run("CLI", func(t *testing.T) { testCLI(t, p) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, p, admin) })
 	t.Run("Projects", func(t *testing.T) { testProjects(t, p, admin) })
+	t.Run("Protocols", func(t *testing.T) { testProtocols(t, p) })
 	t.Run("NothingLeft", func(t *testing.T) {
 		if left := p.footprint(t); len(left) > 0 {
 			t.Errorf("after the tests deleted their sandboxes, left: %v", left)
