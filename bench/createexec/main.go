@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command createexec measures the time from asking for a sandbox to its
 // first exec being done, through dsec's API, next to the raw OCI runtime's
 // `run` of the same busybox bundle in the same run, interleaved. It prints

@@ -113,7 +113,7 @@ func upDetached(cmd *cobra.Command, stateDir, listen string) error {
 	}
 	c := exec.Command(self, args...)
 	c.Stdout, c.Stderr = logf, logf
-	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	c.SysProcAttr = detachAttr()
 	if err := c.Start(); err != nil {
 		return fmt.Errorf("start dsec up: %w", err)
 	}

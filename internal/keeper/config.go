@@ -1,0 +1,83 @@
+package keeper
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+
+	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/rootfs"
+)
+
+// Config configures a keeper. The zero value of every field but StateDir
+// works.
+type Config struct {
+	StateDir string
+	// Runtime is the OCI runtime: "crun", "runc" or a path to one of them.
+	// Default: crun when installed, else runc.
+	Runtime string
+	// Self is the dsec binary, statically linked: the sandboxes' init and
+	// the exec helper. Default: the running executable.
+	Self string
+	// IDMap is the host id range sandboxes share. Default rootfs.Default.
+	IDMap rootfs.IDMap
+	// CgroupParent holds every sandbox's cgroup. Default "dsec".
+	CgroupParent string
+	// OutputLimit caps each exec output stream. Default 16 MiB.
+	OutputLimit int64
+	// Version is reported to clients.
+	Version string
+	Logger  *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.StateDir == "" {
+		return errors.New("keeper: no state directory")
+	}
+	if c.Self == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find own executable: %w", err)
+		}
+		c.Self = self
+	}
+	if c.IDMap == (rootfs.IDMap{}) {
+		c.IDMap = rootfs.Default
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = "dsec"
+	}
+	if c.OutputLimit == 0 {
+		c.OutputLimit = 16 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	rt, err := FindRuntime(c.Runtime)
+	if err != nil {
+		return err
+	}
+	c.Runtime = rt
+	return nil
+}
+
+// FindRuntime resolves a runtime name or path; "" prefers crun.
+func FindRuntime(name string) (string, error) {
+	cands := []string{name}
+	if name == "" {
+		cands = []string{"crun", "runc"}
+	}
+	for _, c := range cands {
+		if p, err := exec.LookPath(c); err == nil {
+			return p, nil
+		}
+	}
+	if name == "" {
+		name = "crun or runc"
+	}
+	return "", errdefs.Newf(errdefs.ErrFailedPrecondition,
+		"OCI runtime %s not found: install it (apt-get install crun) or pass --runtime", name)
+}
+

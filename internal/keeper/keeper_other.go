@@ -1,0 +1,16 @@
+//go:build !linux
+
+package keeper
+
+import (
+	"context"
+	"errors"
+)
+
+// Run needs Linux.
+func Run(ctx context.Context, cfg Config) error { return errors.ErrUnsupported }
+
+// Start needs Linux.
+func Start(ctx context.Context, self, stateDir string, args []string) error {
+	return errors.ErrUnsupported
+}
