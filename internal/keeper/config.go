@@ -80,4 +80,3 @@ func FindRuntime(name string) (string, error) {
 	return "", errdefs.Newf(errdefs.ErrFailedPrecondition,
 		"OCI runtime %s not found: install it (apt-get install crun) or pass --runtime", name)
 }
-
