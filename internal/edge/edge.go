@@ -284,6 +284,10 @@ func (e *Edge) reapLoop() {
 			if reason == "" {
 				continue
 			}
+			if reason == "idle TTL expired" && e.runningExecs(r) > 0 {
+				e.touch(r.ID) // a command still runs: not idle
+				continue
+			}
 			e.log.Info("reaping sandbox", "sandbox", r.ID, "reason", reason)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			if err := e.deleteOne(ctx, r.ID); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
@@ -292,6 +296,21 @@ func (e *Edge) reapLoop() {
 			cancel()
 		}
 	}
+}
+
+// runningExecs asks the backend how many commands run in a sandbox.
+func (e *Edge) runningExecs(r *Record) int {
+	be, err := e.backend(r.Backend)
+	if err != nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := be.Status(ctx, r.ID)
+	if err != nil {
+		return 0
+	}
+	return st.RunningExecs
 }
 
 // touch records use of a sandbox (it is not idle).

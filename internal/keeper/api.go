@@ -48,6 +48,8 @@ type SandboxInfo struct {
 	// Adopted is set for sandboxes a restarted keeper found running but
 	// did not start (their init is not its child).
 	Adopted bool `json:"adopted,omitempty"`
+	// RunningExecs counts execs that have not ended.
+	RunningExecs int `json:"running_execs,omitempty"`
 }
 
 // ExecRequest starts a command.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"syscall"
@@ -127,7 +128,7 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		}
 	}
 
-	procs, err := k.cg.ProcsFiles(req.Sandbox)
+	procs, err := k.procsFiles(req.Sandbox)
 	if err != nil {
 		closeOwn()
 		return fail(err)
@@ -289,4 +290,32 @@ func (k *Keeper) waitExec(ctx context.Context, id, execID string, timeout time.D
 	case <-ctx.Done():
 		return ExitRecord{}, false, ctx.Err()
 	}
+}
+
+// procsFiles lists the cgroup.procs files an exec joins: the groups the
+// cgroup manager made, and those the runtime added for the same path in the
+// other v1 hierarchies (devices, blkio, name=systemd), so that a command
+// sits in exactly the init's groups.
+func (k *Keeper) procsFiles(id string) ([]string, error) {
+	files, err := k.cg.ProcsFiles(id)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, f := range files {
+		if real, err := filepath.EvalSymlinks(f); err == nil {
+			seen[real] = true
+		}
+		seen[f] = true
+	}
+	more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", k.cfg.CgroupParent, id, "cgroup.procs"))
+	for _, f := range more {
+		real, err := filepath.EvalSymlinks(f)
+		if err != nil || seen[real] || seen[f] {
+			continue
+		}
+		seen[real] = true
+		files = append(files, f)
+	}
+	return files, nil
 }

@@ -53,7 +53,15 @@ func (b *box) markExited(reason string) {
 func (b *box) snapshot() SandboxInfo {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.info
+	info := b.info
+	for _, p := range b.execs {
+		select {
+		case <-p.done:
+		default:
+			info.RunningExecs++
+		}
+	}
+	return info
 }
 
 // paths of one sandbox's directory.

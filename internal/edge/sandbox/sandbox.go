@@ -110,6 +110,9 @@ type Status struct {
 	Reason string
 	// Pid of the sandbox's init on the host, when it runs.
 	Pid int
+	// RunningExecs counts commands started through StartExec that have not
+	// ended (a sandbox running one is not idle).
+	RunningExecs int
 }
 
 // Stream names an exec output stream.

@@ -153,7 +153,7 @@ func (b *Backend) List(ctx context.Context) ([]sandbox.Status, error) {
 }
 
 func status(info keeper.SandboxInfo) sandbox.Status {
-	return sandbox.Status{ID: info.ID, State: info.State, Reason: info.Reason, Pid: info.Pid}
+	return sandbox.Status{ID: info.ID, State: info.State, Reason: info.Reason, Pid: info.Pid, RunningExecs: info.RunningExecs}
 }
 
 // Stats reports a sandbox's resource use.

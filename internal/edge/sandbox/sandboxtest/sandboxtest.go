@@ -238,6 +238,12 @@ func testEnvCwdUser(t *testing.T, f *Fixture) {
 	if r.Stdout != want {
 		t.Errorf("env/cwd/user/hostname = %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
 	}
+	// A command sits in exactly its sandbox init's cgroups (seen through
+	// the sandbox's cgroup namespace, both are its root).
+	r = Exec(t, f, id, sh("cat /proc/1/cgroup; echo --; cat /proc/self/cgroup"))
+	if init, self, _ := strings.Cut(r.Stdout, "--\n"); init != self || init == "" {
+		t.Errorf("init's cgroups and an exec's differ:\n%s", r.Stdout)
+	}
 	r = Exec(t, f, id, sh("id -u; ls -ld / | cut -c1-10"))
 	if !strings.HasPrefix(r.Stdout, "0\n") {
 		t.Errorf("default user = %q, want root (0)", r.Stdout)
