@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -123,7 +122,6 @@ func forward[T any](ctx context.Context, msg *T) *connect.Request[T] {
 func setIdentity(ctx context.Context, h http.Header) {
 	k := keyFrom(ctx)
 	h.Set(edge.HeaderProject, k.Project)
-	h.Set(edge.HeaderAdmin, strconv.FormatBool(k.Admin))
 	if k.Admin {
 		h.Set(edge.HeaderAdmin, "1")
 	} else {
@@ -206,7 +204,7 @@ func (p *sandboxProxy) Get(ctx context.Context, req *connect.Request[sandboxv1.G
 	}
 	resp, err := conn.Sandbox.Get(ctx, forward(ctx, req.Msg))
 	if err != nil {
-		return nil, edgeErr(conn.Addr, err)
+		return nil, edgeErr(conn.Name, err)
 	}
 	return connect.NewResponse(resp.Msg), nil
 }
@@ -275,7 +273,7 @@ func (p *sandboxProxy) Delete(ctx context.Context, req *connect.Request[sandboxv
 		}
 		resp, err := conn.Sandbox.Delete(ctx, forward(ctx, m))
 		if err != nil {
-			return nil, edgeErr(conn.Addr, err)
+			return nil, edgeErr(conn.Name, err)
 		}
 		return connect.NewResponse(resp.Msg), nil
 	case len(m.GetSelector()) == 0:
@@ -307,7 +305,7 @@ func (p *sandboxProxy) Exec(ctx context.Context, req *connect.Request[sandboxv1.
 	}
 	cs, err := conn.Sandbox.Exec(ctx, forward(ctx, req.Msg))
 	if err != nil {
-		return edgeErr(conn.Addr, err)
+		return edgeErr(conn.Name, err)
 	}
 	defer cs.Close()
 	for cs.Receive() {
@@ -315,7 +313,7 @@ func (p *sandboxProxy) Exec(ctx context.Context, req *connect.Request[sandboxv1.
 			return err
 		}
 	}
-	return edgeErr(conn.Addr, cs.Err())
+	return edgeErr(conn.Name, cs.Err())
 }
 
 func (p *sandboxProxy) ReadFile(ctx context.Context, req *connect.Request[sandboxv1.ReadFileRequest], stream *connect.ServerStream[sandboxv1.ReadFileResponse]) error {
@@ -325,7 +323,7 @@ func (p *sandboxProxy) ReadFile(ctx context.Context, req *connect.Request[sandbo
 	}
 	cs, err := conn.Sandbox.ReadFile(ctx, forward(ctx, req.Msg))
 	if err != nil {
-		return edgeErr(conn.Addr, err)
+		return edgeErr(conn.Name, err)
 	}
 	defer cs.Close()
 	for cs.Receive() {
@@ -333,7 +331,7 @@ func (p *sandboxProxy) ReadFile(ctx context.Context, req *connect.Request[sandbo
 			return err
 		}
 	}
-	return edgeErr(conn.Addr, cs.Err())
+	return edgeErr(conn.Name, cs.Err())
 }
 
 func (p *sandboxProxy) WriteFile(ctx context.Context, stream *connect.ClientStream[sandboxv1.WriteFileRequest]) (*connect.Response[sandboxv1.WriteFileResponse], error) {
@@ -354,7 +352,7 @@ func (p *sandboxProxy) WriteFile(ctx context.Context, stream *connect.ClientStre
 	cs := conn.Sandbox.WriteFile(ctx)
 	setIdentity(ctx, cs.RequestHeader())
 	if err := cs.Send(stream.Msg()); err != nil && !errors.Is(err, io.EOF) {
-		return nil, edgeErr(conn.Addr, err)
+		return nil, edgeErr(conn.Name, err)
 	}
 	for stream.Receive() {
 		if err := cs.Send(stream.Msg()); err != nil {
@@ -368,7 +366,7 @@ func (p *sandboxProxy) WriteFile(ctx context.Context, stream *connect.ClientStre
 	}
 	resp, err := cs.CloseAndReceive()
 	if err != nil {
-		return nil, edgeErr(conn.Addr, err)
+		return nil, edgeErr(conn.Name, err)
 	}
 	return connect.NewResponse(resp.Msg), nil
 }

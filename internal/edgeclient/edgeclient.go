@@ -23,6 +23,8 @@ import (
 
 // Conn is the connection to one edge.
 type Conn struct {
+	// Name is the edge's node name (empty from Dial).
+	Name    string
 	Addr    string
 	Sandbox sandboxv1connect.SandboxServiceClient
 	Node    nodev1connect.NodeServiceClient
@@ -115,6 +117,7 @@ func (p *Pool) Get(node, addr string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.Name = node
 	if old, ok := p.conns[node]; ok {
 		old.Close()
 	}
