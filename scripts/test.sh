@@ -10,9 +10,12 @@ cd "$(dirname "$0")/.."
 need_root
 find_go
 install_packages $RUNTIME_PACKAGES $BUILD_PACKAGES
-echo "== build"
+start=$(date +%s)
+phase() { echo "== $1 (at $(( $(date +%s) - start ))s)"; }
+phase build
 make -s build
-echo "== generated code and formatting"
+phase "generated code and formatting"
 make -s check-gen lint
-echo "== tests"
+phase tests
 DSEC_BIN="$(pwd)/bin/dsec" go test -race -count=1 -timeout 20m ./...
+phase done
