@@ -29,6 +29,7 @@ import (
 	"github.com/dsecproject/dsec/internal/edgeclient"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/placement"
+	"github.com/dsecproject/dsec/internal/streams"
 	"github.com/dsecproject/dsec/internal/watcher"
 )
 
@@ -307,13 +308,7 @@ func (p *sandboxProxy) Exec(ctx context.Context, req *connect.Request[sandboxv1.
 	if err != nil {
 		return edgeErr(conn.Name, err)
 	}
-	defer cs.Close()
-	for cs.Receive() {
-		if err := stream.Send(cs.Msg()); err != nil {
-			return err
-		}
-	}
-	return edgeErr(conn.Name, cs.Err())
+	return edgeErr(conn.Name, streams.Relay(stream, cs))
 }
 
 func (p *sandboxProxy) ReadFile(ctx context.Context, req *connect.Request[sandboxv1.ReadFileRequest], stream *connect.ServerStream[sandboxv1.ReadFileResponse]) error {
@@ -325,33 +320,21 @@ func (p *sandboxProxy) ReadFile(ctx context.Context, req *connect.Request[sandbo
 	if err != nil {
 		return edgeErr(conn.Name, err)
 	}
-	defer cs.Close()
-	for cs.Receive() {
-		if err := stream.Send(cs.Msg()); err != nil {
-			return err
-		}
-	}
-	return edgeErr(conn.Name, cs.Err())
+	return edgeErr(conn.Name, streams.Relay(stream, cs))
 }
 
 func (p *sandboxProxy) WriteFile(ctx context.Context, stream *connect.ClientStream[sandboxv1.WriteFileRequest]) (*connect.Response[sandboxv1.WriteFileResponse], error) {
-	if !stream.Receive() {
-		if err := stream.Err(); err != nil {
-			return nil, err
-		}
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "write file: no header")
+	first, err := streams.First(stream, "write file", func(m *sandboxv1.WriteFileRequest) bool { return m.GetHeader() != nil })
+	if err != nil {
+		return nil, err
 	}
-	h := stream.Msg().GetHeader()
-	if h == nil {
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "write file: the first message must be the header")
-	}
-	conn, err := p.s.edgeFor(ctx, h.GetSandboxId())
+	conn, err := p.s.edgeFor(ctx, first.GetHeader().GetSandboxId())
 	if err != nil {
 		return nil, err
 	}
 	cs := conn.Sandbox.WriteFile(ctx)
 	setIdentity(ctx, cs.RequestHeader())
-	if err := cs.Send(stream.Msg()); err != nil && !errors.Is(err, io.EOF) {
+	if err := cs.Send(first); err != nil && !errors.Is(err, io.EOF) {
 		return nil, edgeErr(conn.Name, err)
 	}
 	for stream.Receive() {

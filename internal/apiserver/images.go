@@ -11,6 +11,7 @@ import (
 	imagev1 "github.com/dsecproject/dsec/api/dsec/image/v1"
 	"github.com/dsecproject/dsec/internal/cluster"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/streams"
 )
 
 // LayerMediaType is the media type of a dsec EROFS layer.
@@ -22,20 +23,18 @@ const maxLayerBytes = 64 << 30
 type imageAPI struct{ s *Server }
 
 func (a *imageAPI) UploadLayer(ctx context.Context, stream *connect.ClientStream[imagev1.UploadLayerRequest]) (*connect.Response[imagev1.UploadLayerResponse], error) {
-	if !stream.Receive() {
-		if err := stream.Err(); err != nil {
-			return nil, err
-		}
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "upload layer: no header")
+	first, err := streams.First(stream, "upload layer", func(m *imagev1.UploadLayerRequest) bool { return m.GetHeader() != nil })
+	if err != nil {
+		return nil, err
 	}
-	h := stream.Msg().GetHeader()
-	if h == nil {
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "upload layer: the first message must be the header")
-	}
+	h := first.GetHeader()
 	if h.GetSize() < 0 || h.GetSize() > maxLayerBytes {
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "upload layer: size %d is not between 0 and %d", h.GetSize(), int64(maxLayerBytes))
 	}
-	r := &countingReader{r: &uploadReader{stream: stream}, limit: maxLayerBytes}
+	data := streams.Reader(stream, "upload layer", func(m *imagev1.UploadLayerRequest) ([]byte, bool) {
+		return m.GetData(), m.GetHeader() == nil
+	})
+	r := &countingReader{r: data, limit: maxLayerBytes}
 	desc, err := a.s.cfg.Blobs.Put(ctx, r, h.GetDigest())
 	if err != nil {
 		return nil, err
@@ -48,29 +47,6 @@ func (a *imageAPI) UploadLayer(ctx context.Context, stream *connect.ClientStream
 		return nil, err
 	}
 	return connect.NewResponse(&imagev1.UploadLayerResponse{Layer: &imagev1.Layer{Digest: l.Digest, Size: l.Size, MediaType: l.MediaType}}), nil
-}
-
-type uploadReader struct {
-	stream *connect.ClientStream[imagev1.UploadLayerRequest]
-	buf    []byte
-}
-
-func (r *uploadReader) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
-		if !r.stream.Receive() {
-			if err := r.stream.Err(); err != nil {
-				return 0, err
-			}
-			return 0, io.EOF
-		}
-		if r.stream.Msg().GetHeader() != nil {
-			return 0, errdefs.Newf(errdefs.ErrInvalidArgument, "upload layer: a second header")
-		}
-		r.buf = r.stream.Msg().GetData()
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
 }
 
 type countingReader struct {

@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"crypto/subtle"
-	"io"
 	"io/fs"
 	"net/http"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/dsecproject/dsec/internal/apierr"
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/streams"
 )
 
 // Headers by which the control plane tells an edge who calls. An edge
@@ -169,16 +169,11 @@ func (a *sandboxAPI) ReadFile(ctx context.Context, req *connect.Request[sandboxv
 }
 
 func (a *sandboxAPI) WriteFile(ctx context.Context, stream *connect.ClientStream[sandboxv1.WriteFileRequest]) (*connect.Response[sandboxv1.WriteFileResponse], error) {
-	if !stream.Receive() {
-		if err := stream.Err(); err != nil {
-			return nil, err
-		}
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "write file: no header")
+	first, err := streams.First(stream, "write file", func(m *sandboxv1.WriteFileRequest) bool { return m.GetHeader() != nil })
+	if err != nil {
+		return nil, err
 	}
-	h := stream.Msg().GetHeader()
-	if h == nil {
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "write file: the first message must be the header")
-	}
+	h := first.GetHeader()
 	if h.GetMode()&^0o7777 != 0 {
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "file mode %o: only permission bits", h.GetMode())
 	}
@@ -190,35 +185,13 @@ func (a *sandboxAPI) WriteFile(ctx context.Context, stream *connect.ClientStream
 	}
 	info, err := a.e.WriteFile(ctx, callerOf(stream.RequestHeader()), WriteParams{
 		Sandbox: h.GetSandboxId(), Path: h.GetPath(), Mode: mode, MakeParents: h.GetMakeParents(), User: h.GetUser(),
-	}, &streamReader{stream: stream})
+	}, streams.Reader(stream, "write file", func(m *sandboxv1.WriteFileRequest) ([]byte, bool) {
+		return m.GetData(), m.GetHeader() == nil
+	}))
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&sandboxv1.WriteFileResponse{Info: fileInfoProto(&info)}), nil
-}
-
-// streamReader reads the data messages of a WriteFile stream.
-type streamReader struct {
-	stream *connect.ClientStream[sandboxv1.WriteFileRequest]
-	buf    []byte
-}
-
-func (r *streamReader) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
-		if !r.stream.Receive() {
-			if err := r.stream.Err(); err != nil {
-				return 0, err
-			}
-			return 0, io.EOF
-		}
-		if r.stream.Msg().GetHeader() != nil {
-			return 0, errdefs.Newf(errdefs.ErrInvalidArgument, "write file: a second header")
-		}
-		r.buf = r.stream.Msg().GetData()
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
 }
 
 func fileInfoProto(i *sandbox.FileInfo) *sandboxv1.FileInfo {
