@@ -65,6 +65,10 @@ func fsError(op, p string, err error) error {
 		return newError(errdefs.ErrFailedPrecondition, errno, "%s %s in the sandbox: it is on a read-only file system", op, p)
 	case unix.EBUSY:
 		return newError(errdefs.ErrFailedPrecondition, errno, "%s %s in the sandbox: it is busy (a mount point?)", op, p)
+	case unix.ENOTEMPTY:
+		return newError(errdefs.ErrFailedPrecondition, errno, "%s %s in the sandbox: the directory is not empty", op, p)
+	case unix.EXDEV:
+		return newError(errdefs.ErrFailedPrecondition, errno, "%s %s in the sandbox: it would cross from one mount to another; copy instead", op, p)
 	case unix.EEXIST:
 		return newError(errdefs.ErrAlreadyExists, errno, "%s already exists in the sandbox", p)
 	case unix.EAGAIN:

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -151,8 +152,8 @@ func (r *Root) WriteFile(p string, opts WriteOptions, src io.Reader) (Info, erro
 	if err != nil {
 		return Info{}, err
 	}
-	if opts.UID < 0 || opts.GID < 0 || uint64(opts.UID) >= math.MaxUint32 || uint64(opts.GID) >= math.MaxUint32 {
-		return Info{}, errdefs.Newf(errdefs.ErrInvalidArgument, "write %s: owner %d:%d is not a valid user and group id", abs, opts.UID, opts.GID)
+	if err := checkOwner("write", abs, opts.UID, opts.GID); err != nil {
+		return Info{}, err
 	}
 	if opts.MaxBytes < 0 {
 		return Info{}, errdefs.Newf(errdefs.ErrInvalidArgument, "write %s: the size limit %d is negative", abs, opts.MaxBytes)
@@ -160,10 +161,7 @@ func (r *Root) WriteFile(p string, opts WriteOptions, src io.Reader) (Info, erro
 	if rel == "." {
 		return Info{}, errdefs.Newf(errdefs.ErrInvalidArgument, "/ in the sandbox is a directory; give the path of a file")
 	}
-	dir, base := ".", rel
-	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
-		dir, base = rel[:i], rel[i+1:]
-	}
+	dir, base := splitRel(rel)
 
 	var made []madeDir
 	ok := false
@@ -175,7 +173,7 @@ func (r *Root) WriteFile(p string, opts WriteOptions, src io.Reader) (Info, erro
 			unix.Close(m.parent)
 		}
 	}()
-	dfd, err := r.openParent(dir, abs, opts, &made)
+	dfd, err := r.openParent("write", dir, abs, opts, &made)
 	if err != nil {
 		return Info{}, err
 	}
@@ -248,6 +246,7 @@ func (r *Root) WriteFile(p string, opts WriteOptions, src io.Reader) (Info, erro
 type madeDir struct {
 	parent   int // O_PATH descriptor of the directory it is in; owned
 	name     string
+	rel      string // its sandbox path, a Clean result
 	dev, ino uint64
 }
 
@@ -266,31 +265,32 @@ func removeMade(made []madeDir) {
 }
 
 // openParent opens the directory dir (a Clean result) that the target abs
-// is written into, as O_PATH. With opts.MakeParents it creates the missing
-// directories, appending them to *made.
-func (r *Root) openParent(dir, abs string, opts WriteOptions, made *[]madeDir) (int, error) {
+// is created in, as O_PATH. With opts.MakeParents it creates the missing
+// directories, appending them to *made. op ("write", "mkdir") is for
+// messages.
+func (r *Root) openParent(op, dir, abs string, opts WriteOptions, made *[]madeDir) (int, error) {
 	fd, err := r.resolve(dir, unix.O_PATH|unix.O_DIRECTORY)
 	switch {
 	case err == nil:
 		return fd, nil
 	case err == unix.ENOENT && opts.MakeParents:
-		return r.makeParents(dir, opts, made)
+		return r.makeParents(op, dir, opts, made)
 	case err == unix.ENOENT:
 		return -1, newError(errdefs.ErrNotFound, err,
-			"write %s in the sandbox: the directory %s does not exist; create it, or ask for parent directories to be made (make_parents)", abs, display(dir))
+			"%s %s in the sandbox: the directory %s does not exist; create it, or ask for parent directories to be made (make_parents)", op, abs, display(dir))
 	case err == unix.ENOTDIR:
-		return -1, newError(errdefs.ErrInvalidArgument, err, "write %s in the sandbox: %s is not a directory", abs, display(dir))
+		return -1, newError(errdefs.ErrInvalidArgument, err, "%s %s in the sandbox: %s is not a directory", op, abs, display(dir))
 	}
-	return -1, fsError("write", abs, err)
+	return -1, fsError(op, abs, err)
 }
 
 // makeParents opens dir, creating each missing directory in it one at a
 // time. Each component is looked up from the root, so symlinks in dir are
 // followed inside the sandbox as the kernel would follow them.
-func (r *Root) makeParents(dir string, opts WriteOptions, made *[]madeDir) (int, error) {
+func (r *Root) makeParents(op, dir string, opts WriteOptions, made *[]madeDir) (int, error) {
 	cur, err := r.resolve(".", unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
-		return -1, fsError("write", "/", err)
+		return -1, fsError(op, "/", err)
 	}
 	comps := strings.Split(dir, "/")
 	for i, name := range comps {
@@ -299,13 +299,13 @@ func (r *Root) makeParents(dir string, opts WriteOptions, made *[]madeDir) (int,
 		keep := false // whether *made took cur over
 		if err == unix.ENOENT {
 			var m *madeDir
-			next, m, err = mkdir(cur, name, display(prefix), opts)
+			next, m, err = mkdir(op, cur, name, display(prefix), opts)
 			if m != nil {
 				*made = append(*made, *m)
 				keep = true
 			}
 		} else if err != nil {
-			err = fsError("write", display(prefix), err)
+			err = fsError(op, display(prefix), err)
 		}
 		if !keep {
 			unix.Close(cur)
@@ -323,23 +323,23 @@ func (r *Root) makeParents(dir string, opts WriteOptions, made *[]madeDir) (int,
 // that appeared meanwhile is used as it is. When it made the directory, it
 // returns a record of it, even with an error, so that it can be removed;
 // the record takes parent over.
-func mkdir(parent int, name, abs string, opts WriteOptions) (int, *madeDir, error) {
-	if err := checkFS(parent, "write", abs); err != nil {
+func mkdir(op string, parent int, name, abs string, opts WriteOptions) (int, *madeDir, error) {
+	if err := checkFS(parent, op, abs); err != nil {
 		return -1, nil, err
 	}
 	created := true
 	if err := ignoringEINTR(func() error { return unix.Mkdirat(parent, name, 0o700) }); err == unix.EEXIST {
 		created = false
 	} else if err != nil {
-		return -1, nil, fsError("write", abs, err)
+		return -1, nil, fsError(op, abs, err)
 	}
 	fd, err := ignoringEINTR2(func() (int, error) {
 		return unix.Openat(parent, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	})
 	if err == unix.ENOTDIR || err == unix.ELOOP {
-		return -1, nil, newError(errdefs.ErrInvalidArgument, err, "write: %s in the sandbox is in the way: it exists and is not a directory", abs)
+		return -1, nil, newError(errdefs.ErrInvalidArgument, err, "%s: %s in the sandbox is in the way: it exists and is not a directory", op, abs)
 	} else if err != nil {
-		return -1, nil, fsError("write", abs, err)
+		return -1, nil, fsError(op, abs, err)
 	}
 	if !created {
 		return fd, nil, nil
@@ -347,9 +347,9 @@ func mkdir(parent int, name, abs string, opts WriteOptions) (int, *madeDir, erro
 	st, err := fstat(fd)
 	if err != nil {
 		unix.Close(fd)
-		return -1, nil, fsError("write", abs, err)
+		return -1, nil, fsError(op, abs, err)
 	}
-	m := &madeDir{parent: parent, name: name, dev: uint64(st.Dev), ino: uint64(st.Ino)}
+	m := &madeDir{parent: parent, name: name, rel: abs[1:], dev: uint64(st.Dev), ino: uint64(st.Ino)}
 	err = unix.Fchownat(fd, "", opts.UID, opts.GID, unix.AT_EMPTY_PATH)
 	if err == nil {
 		// chmod through /proc: fchmod refuses O_PATH descriptors.
@@ -357,7 +357,7 @@ func mkdir(parent int, name, abs string, opts WriteOptions) (int, *madeDir, erro
 	}
 	if err != nil {
 		unix.Close(fd)
-		return -1, m, fsError("write", abs, err)
+		return -1, m, fsError(op, abs, err)
 	}
 	return fd, m, nil
 }
@@ -365,19 +365,29 @@ func mkdir(parent int, name, abs string, opts WriteOptions) (int, *madeDir, erro
 // createTemp creates an empty file with a random name in the O_PATH
 // directory dir, opened for writing, never following a symlink.
 func createTemp(dir int) (string, int, error) {
+	fd := -1
+	name, err := withTempName(func(name string) (err error) {
+		fd, err = ignoringEINTR2(func() (int, error) {
+			return unix.Openat(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		})
+		return err
+	})
+	return name, fd, err
+}
+
+// withTempName calls create with random names (".dsec-<hex>.tmp") until it
+// returns something other than EEXIST, and returns the name it was last
+// called with. create must fail with EEXIST when the name is taken.
+func withTempName(create func(name string) error) (string, error) {
 	for range 16 {
 		var b [8]byte
 		rand.Read(b[:])
 		name := ".dsec-" + hex.EncodeToString(b[:]) + ".tmp"
-		fd, err := ignoringEINTR2(func() (int, error) {
-			return unix.Openat(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		})
-		if err == unix.EEXIST {
-			continue
+		if err := ignoringEINTR(func() error { return create(name) }); err != unix.EEXIST {
+			return name, err
 		}
-		return name, fd, err
 	}
-	return "", -1, unix.EEXIST
+	return "", unix.EEXIST
 }
 
 // resolve opens rel (a Clean result) inside the root with openat2, with
@@ -397,7 +407,8 @@ func (r *Root) resolve(rel string, flags uint64) (int, error) {
 }
 
 // checkFS refuses a descriptor that is not on an allowed file system. op is
-// "read" or "write"; abs is the sandbox path, for the message.
+// the operation ("read", "write", "list", "mkdir", "remove", "rename",
+// "copy"); abs is the sandbox path, for the message.
 func checkFS(fd int, op, abs string) error {
 	m, err := fsMagic(fd)
 	if err != nil {
@@ -407,12 +418,51 @@ func checkFS(fd int, op, abs string) error {
 	if ok {
 		return nil
 	}
-	if op == "read" {
+	switch op {
+	case "read":
 		return newError(errdefs.ErrPermissionDenied, nil,
 			"reading %s through the file API is not allowed (it is on %s); run `cat` with exec instead", abs, name)
+	case "list":
+		return newError(errdefs.ErrPermissionDenied, nil,
+			"listing %s through the file API is not allowed (it is on %s); run `ls` with exec instead", abs, name)
+	case "copy":
+		return newError(errdefs.ErrPermissionDenied, nil,
+			"copying %s through the file API is not allowed (it is on %s); run a command with exec instead", abs, name)
 	}
 	return newError(errdefs.ErrPermissionDenied, nil,
-		"writing %s through the file API is not allowed (its directory is on %s); run a command with exec instead", abs, name)
+		"%s %s through the file API is not allowed (its directory is on %s); run a command with exec instead", gerund(op), abs, name)
+}
+
+// gerund names an operation for checkFS's message.
+func gerund(op string) string {
+	switch op {
+	case "mkdir":
+		return "creating"
+	case "remove":
+		return "removing"
+	case "rename":
+		return "renaming"
+	case "extract":
+		return "extracting into"
+	}
+	return "writing"
+}
+
+// checkOwner refuses owners that are not valid host ids.
+func checkOwner(op, abs string, uid, gid int) error {
+	if uid < 0 || gid < 0 || uint64(uid) >= math.MaxUint32 || uint64(gid) >= math.MaxUint32 {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "%s %s: owner %d:%d is not a valid user and group id", op, abs, uid, gid)
+	}
+	return nil
+}
+
+// splitRel splits a Clean result other than "." into its directory (a
+// Clean result) and its last element.
+func splitRel(rel string) (dir, base string) {
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+		return rel[:i], rel[i+1:]
+	}
+	return ".", rel
 }
 
 // requireRegular refuses anything but a regular file, by its st_mode.
@@ -519,6 +569,7 @@ func fileMode(mode uint32) fs.FileMode {
 func newInfo(abs string, st *unix.Stat_t) Info {
 	return Info{
 		Path:    abs,
+		Name:    path.Base(abs),
 		Size:    st.Size,
 		Mode:    fileMode(st.Mode),
 		ModTime: time.Unix(st.Mtim.Unix()),

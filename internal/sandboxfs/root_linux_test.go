@@ -207,13 +207,6 @@ func TestOpenReadStaysInRoot(t *testing.T) {
 	}
 }
 
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
 func TestOpenReadSocketAndDevice(t *testing.T) {
 	s := newFakeSandbox(t)
 	r := s.open(t)
@@ -260,13 +253,13 @@ func TestStat(t *testing.T) {
 		lstat bool
 		want  Info // ModTime is not compared
 	}{
-		{path: "/", want: Info{Path: "/", Mode: fs.ModeDir | 0o755, Ino: rootSt.Ino}},
-		{path: "x", want: Info{Path: "/x", Mode: fs.ModeDir | 0o755, Ino: rootSt.Ino}},
-		{path: "y/..", want: Info{Path: "/", Mode: fs.ModeDir | 0o755, Ino: rootSt.Ino}},
-		{path: "c1", want: Info{Path: "/c1", Mode: 0o644, Size: int64(len(decoy)), Ino: shadowSt.Ino}},
-		{path: "c1", lstat: true, want: Info{Path: "/c1", Mode: fs.ModeSymlink | 0o777, Size: 2}},
-		{path: "z", lstat: true, want: Info{Path: "/z", Mode: fs.ModeSymlink | 0o777, Size: int64(len("/proc/self/root"))}},
-		{path: "fifo", want: Info{Path: "/fifo", Mode: fs.ModeNamedPipe | 0o644}},
+		{path: "/", want: Info{Path: "/", Name: "/", Mode: fs.ModeDir | 0o755, Ino: rootSt.Ino}},
+		{path: "x", want: Info{Path: "/x", Name: "x", Mode: fs.ModeDir | 0o755, Ino: rootSt.Ino}},
+		{path: "y/..", want: Info{Path: "/", Name: "/", Mode: fs.ModeDir | 0o755, Ino: rootSt.Ino}},
+		{path: "c1", want: Info{Path: "/c1", Name: "c1", Mode: 0o644, Size: int64(len(decoy)), Ino: shadowSt.Ino}},
+		{path: "c1", lstat: true, want: Info{Path: "/c1", Name: "c1", Mode: fs.ModeSymlink | 0o777, Size: 2}},
+		{path: "z", lstat: true, want: Info{Path: "/z", Name: "z", Mode: fs.ModeSymlink | 0o777, Size: int64(len("/proc/self/root"))}},
+		{path: "fifo", want: Info{Path: "/fifo", Name: "fifo", Mode: fs.ModeNamedPipe | 0o644}},
 	}
 	ignore := cmpopts.IgnoreFields(Info{}, "ModTime")
 	for _, tt := range tests {

@@ -20,6 +20,17 @@
 //     directory (O_CREAT|O_EXCL|O_NOFOLLOW), and renames it over the target:
 //     a symlink at the target is replaced, never followed. On every error the
 //     temporary file is removed.
+//   - Trees are walked from descriptor to descriptor (openat with
+//     O_NOFOLLOW under the resolved start), never by path: WriteTar and
+//     Remove never follow a symlink inside the tree. WriteTar leaves out
+//     what is on a kernel file system; Remove refuses, before removing
+//     anything, a tree with a mount point anywhere in it.
+//   - An uploaded archive is spooled and checked whole (ValidateTar) before
+//     anything is written: no absolute or ".." names, no devices, no entry
+//     under the archive's own symlinks, no symlink that leads out of the
+//     destination. Its owners are ignored; setuid and setgid are dropped.
+//     Each entry is then created like a WriteFile: parents resolved from
+//     the root, a temporary name renamed over the target.
 //
 // Paths given to this package are sandbox paths: absolute, or relative to
 // the sandbox's "/" (Clean). Owners are host ids; mapping them to and from
@@ -43,6 +54,9 @@ type Info struct {
 	// Path is the cleaned absolute path in the sandbox, as asked for (before
 	// symlinks are resolved).
 	Path string
+	// Name is the last element of Path ("/" for the root): the entry's name
+	// in its directory, for ReadDir.
+	Name string
 	Size int64
 	// Mode holds the type and permission bits, with setuid, setgid and
 	// sticky as fs.ModeSetuid, fs.ModeSetgid and fs.ModeSticky.
