@@ -36,4 +36,4 @@ install_packages() {
 
 # The packages the platform needs at run time, and to build and test it.
 RUNTIME_PACKAGES="crun runc busybox-static"
-BUILD_PACKAGES="gcc libc6-dev make protobuf-compiler erofs-utils"
+BUILD_PACKAGES="gcc libc6-dev make protobuf-compiler erofs-utils xfsprogs e2fsprogs"

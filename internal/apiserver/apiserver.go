@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -28,8 +27,8 @@ import (
 	"github.com/dsecproject/dsec/internal/edge"
 	"github.com/dsecproject/dsec/internal/edgeclient"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/metrics"
 	"github.com/dsecproject/dsec/internal/placement"
-	"github.com/dsecproject/dsec/internal/streams"
 	"github.com/dsecproject/dsec/internal/watcher"
 )
 
@@ -47,6 +46,8 @@ type Config struct {
 	// Ready reports whether the platform is ready for /healthz.
 	Ready  func() bool
 	Logger *slog.Logger
+	// Metrics, when set, counts errors and is served at /metrics.
+	Metrics *metrics.Metrics
 }
 
 // Server serves the public API.
@@ -75,10 +76,17 @@ func New(cfg Config) *Server {
 // Handler returns the HTTP handler of the API and /healthz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := connect.WithInterceptors(authInterceptor{auth: s.cfg.Cluster})
+	auth := authInterceptor{auth: s.cfg.Cluster, metrics: s.cfg.Metrics}
+	opts := connect.WithInterceptors(auth)
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxProxy{s: s}, opts))
 	mux.Handle(imagev1connect.NewImageServiceHandler(&imageAPI{s: s}, opts))
 	mux.Handle(adminv1connect.NewAdminServiceHandler(&adminAPI{s: s}, opts))
+	if s.cfg.Metrics != nil {
+		mux.Handle("GET /metrics", s.cfg.Metrics.Handler(func(r *http.Request) bool {
+			_, err := auth.authenticate(r.Context(), r.Header.Get("Authorization"))
+			return err == nil
+		}))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Ready != nil && !s.cfg.Ready() {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
@@ -123,6 +131,7 @@ func forward[T any](ctx context.Context, msg *T) *connect.Request[T] {
 func setIdentity(ctx context.Context, h http.Header) {
 	k := keyFrom(ctx)
 	h.Set(edge.HeaderProject, k.Project)
+	h.Set(edge.HeaderKeyID, k.ID)
 	if k.Admin {
 		h.Set(edge.HeaderAdmin, "1")
 	} else {
@@ -148,17 +157,33 @@ type sandboxProxy struct{ s *Server }
 var _ sandboxv1connect.SandboxServiceHandler = (*sandboxProxy)(nil)
 
 func (p *sandboxProxy) Create(ctx context.Context, req *connect.Request[sandboxv1.CreateRequest]) (*connect.Response[sandboxv1.CreateResponse], error) {
-	s := p.s
-	backend := req.Msg.GetBackend()
+	resp, err := p.s.create(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// create places a sandbox: on the least loaded of k random nodes that can
+// take it, trying the next on a refusal; a request with an idempotency key
+// always goes to the same node (rendezvous hashing of the key), which keeps
+// the key's record, so that a retry finds the sandbox it made.
+func (s *Server) create(ctx context.Context, msg *sandboxv1.CreateRequest) (*sandboxv1.CreateResponse, error) {
+	backend := msg.GetBackend()
 	if backend == "" {
 		backend = s.cfg.DefaultBackend
 	}
-	mem := req.Msg.GetResources().GetMemoryBytes()
+	mem := msg.GetResources().GetMemoryBytes()
 	if mem <= 0 {
 		mem = s.cfg.DefaultMemory
 	}
 	nodes := s.cfg.Watcher.Placement()
-	order := s.cfg.Placer.Order(nodes, placement.Request{Backend: backend, MemoryBytes: mem})
+	var order []string
+	if key := msg.GetIdempotencyKey(); key != "" {
+		order = placement.Pinned(nodes, backend, keyFrom(ctx).ID+"/"+key)
+	} else {
+		order = s.cfg.Placer.Order(nodes, placement.Request{Backend: backend, MemoryBytes: mem})
+	}
 	if len(order) == 0 {
 		healthy := 0
 		for _, n := range nodes {
@@ -185,10 +210,10 @@ func (p *sandboxProxy) Create(ctx context.Context, req *connect.Request[sandboxv
 			lastErr = err
 			continue
 		}
-		resp, err := conn.Sandbox.Create(ctx, forward(ctx, req.Msg))
+		resp, err := conn.Sandbox.Create(ctx, forward(ctx, msg))
 		if err == nil {
 			s.cfg.Placer.Placed(name, mem)
-			return connect.NewResponse(resp.Msg), nil
+			return resp.Msg, nil
 		}
 		lastErr = edgeErr(name, err)
 		if !errdefs.Is(lastErr, errdefs.ErrResourceExhausted) && !errdefs.Is(lastErr, errdefs.ErrUnavailable) {
@@ -199,15 +224,7 @@ func (p *sandboxProxy) Create(ctx context.Context, req *connect.Request[sandboxv
 }
 
 func (p *sandboxProxy) Get(ctx context.Context, req *connect.Request[sandboxv1.GetRequest]) (*connect.Response[sandboxv1.GetResponse], error) {
-	conn, err := p.s.edgeFor(ctx, req.Msg.GetId())
-	if err != nil {
-		return nil, err
-	}
-	resp, err := conn.Sandbox.Get(ctx, forward(ctx, req.Msg))
-	if err != nil {
-		return nil, edgeErr(conn.Name, err)
-	}
-	return connect.NewResponse(resp.Msg), nil
+	return unary(ctx, p.s, req.Msg.GetId(), req.Msg, sandboxv1connect.SandboxServiceClient.Get)
 }
 
 // fanOut calls fn on every healthy node at once and returns the first
@@ -268,15 +285,7 @@ func (p *sandboxProxy) Delete(ctx context.Context, req *connect.Request[sandboxv
 	case m.GetId() != "" && len(m.GetSelector()) > 0:
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "delete takes an id or a selector, not both")
 	case m.GetId() != "":
-		conn, err := p.s.edgeFor(ctx, m.GetId())
-		if err != nil {
-			return nil, err
-		}
-		resp, err := conn.Sandbox.Delete(ctx, forward(ctx, m))
-		if err != nil {
-			return nil, edgeErr(conn.Name, err)
-		}
-		return connect.NewResponse(resp.Msg), nil
+		return unary(ctx, p.s, m.GetId(), m, sandboxv1connect.SandboxServiceClient.Delete)
 	case len(m.GetSelector()) == 0:
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "delete needs a sandbox id or a label selector")
 	}
@@ -300,56 +309,15 @@ func (p *sandboxProxy) Delete(ctx context.Context, req *connect.Request[sandboxv
 }
 
 func (p *sandboxProxy) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecRequest], stream *connect.ServerStream[sandboxv1.ExecResponse]) error {
-	conn, err := p.s.edgeFor(ctx, req.Msg.GetSandboxId())
-	if err != nil {
-		return err
-	}
-	cs, err := conn.Sandbox.Exec(ctx, forward(ctx, req.Msg))
-	if err != nil {
-		return edgeErr(conn.Name, err)
-	}
-	return edgeErr(conn.Name, streams.Relay(stream, cs))
+	return serverStream(ctx, p.s, req.Msg.GetSandboxId(), req.Msg, stream, sandboxv1connect.SandboxServiceClient.Exec)
 }
 
 func (p *sandboxProxy) ReadFile(ctx context.Context, req *connect.Request[sandboxv1.ReadFileRequest], stream *connect.ServerStream[sandboxv1.ReadFileResponse]) error {
-	conn, err := p.s.edgeFor(ctx, req.Msg.GetSandboxId())
-	if err != nil {
-		return err
-	}
-	cs, err := conn.Sandbox.ReadFile(ctx, forward(ctx, req.Msg))
-	if err != nil {
-		return edgeErr(conn.Name, err)
-	}
-	return edgeErr(conn.Name, streams.Relay(stream, cs))
+	return serverStream(ctx, p.s, req.Msg.GetSandboxId(), req.Msg, stream, sandboxv1connect.SandboxServiceClient.ReadFile)
 }
 
 func (p *sandboxProxy) WriteFile(ctx context.Context, stream *connect.ClientStream[sandboxv1.WriteFileRequest]) (*connect.Response[sandboxv1.WriteFileResponse], error) {
-	first, err := streams.First(stream, "write file", func(m *sandboxv1.WriteFileRequest) bool { return m.GetHeader() != nil })
-	if err != nil {
-		return nil, err
-	}
-	conn, err := p.s.edgeFor(ctx, first.GetHeader().GetSandboxId())
-	if err != nil {
-		return nil, err
-	}
-	cs := conn.Sandbox.WriteFile(ctx)
-	setIdentity(ctx, cs.RequestHeader())
-	if err := cs.Send(first); err != nil && !errors.Is(err, io.EOF) {
-		return nil, edgeErr(conn.Name, err)
-	}
-	for stream.Receive() {
-		if err := cs.Send(stream.Msg()); err != nil {
-			// io.EOF: the edge ended the call; its reply says why.
-			break
-		}
-	}
-	if err := stream.Err(); err != nil {
-		_, _ = cs.CloseAndReceive()
-		return nil, err
-	}
-	resp, err := cs.CloseAndReceive()
-	if err != nil {
-		return nil, edgeErr(conn.Name, err)
-	}
-	return connect.NewResponse(resp.Msg), nil
+	return clientStream(ctx, p.s, stream, "write file",
+		func(m *sandboxv1.WriteFileRequest) string { return m.GetHeader().GetSandboxId() },
+		sandboxv1connect.SandboxServiceClient.WriteFile)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/dsecproject/dsec/internal/apierr"
 	"github.com/dsecproject/dsec/internal/cluster"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/metrics"
 )
 
 // Authenticator checks an API key's secret.
@@ -25,8 +26,18 @@ func keyFrom(ctx context.Context) cluster.Key {
 }
 
 // authInterceptor authenticates every call with its bearer key and maps
-// handler errors to API codes (the one place that does).
-type authInterceptor struct{ auth Authenticator }
+// handler errors to API codes (the one place that does), counting them.
+type authInterceptor struct {
+	auth    Authenticator
+	metrics *metrics.Metrics
+}
+
+func (a authInterceptor) done(procedure string, err error) error {
+	if err != nil && a.metrics != nil {
+		a.metrics.Errors.WithLabelValues(apierr.Code(err).String(), procedure).Inc()
+	}
+	return apierr.ToConnect(err)
+}
 
 func (a authInterceptor) authenticate(ctx context.Context, header string) (context.Context, error) {
 	secret, ok := strings.CutPrefix(header, "Bearer ")
@@ -45,10 +56,10 @@ func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		ctx, err := a.authenticate(ctx, req.Header().Get("Authorization"))
 		if err != nil {
-			return nil, apierr.ToConnect(err)
+			return nil, a.done(req.Spec().Procedure, err)
 		}
 		resp, err := next(ctx, req)
-		return resp, apierr.ToConnect(err)
+		return resp, a.done(req.Spec().Procedure, err)
 	}
 }
 
@@ -60,8 +71,8 @@ func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		ctx, err := a.authenticate(ctx, conn.RequestHeader().Get("Authorization"))
 		if err != nil {
-			return apierr.ToConnect(err)
+			return a.done(conn.Spec().Procedure, err)
 		}
-		return apierr.ToConnect(next(ctx, conn))
+		return a.done(conn.Spec().Procedure, next(ctx, conn))
 	}
 }

@@ -25,6 +25,7 @@ import (
 const (
 	HeaderProject   = "Dsec-Project"
 	HeaderAdmin     = "Dsec-Admin"
+	HeaderKeyID     = "Dsec-Key-Id"
 	HeaderNodeToken = "Dsec-Node-Token"
 )
 
@@ -66,7 +67,7 @@ func (errorInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) 
 }
 
 func callerOf(h http.Header) Caller {
-	return Caller{Project: h.Get(HeaderProject), Admin: h.Get(HeaderAdmin) == "1"}
+	return Caller{Project: h.Get(HeaderProject), Admin: h.Get(HeaderAdmin) == "1", KeyID: h.Get(HeaderKeyID)}
 }
 
 type sandboxAPI struct{ e *Edge }
@@ -75,6 +76,15 @@ var _ sandboxv1connect.SandboxServiceHandler = (*sandboxAPI)(nil)
 
 func (a *sandboxAPI) Create(ctx context.Context, req *connect.Request[sandboxv1.CreateRequest]) (*connect.Response[sandboxv1.CreateResponse], error) {
 	m := req.Msg
+	rec, err := a.e.Create(ctx, callerOf(req.Header()), CreateParamsOf(m), m.GetIdempotencyKey())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&sandboxv1.CreateResponse{Sandbox: a.e.toProto(rec)}), nil
+}
+
+// CreateParamsOf converts a create request.
+func CreateParamsOf(m *sandboxv1.CreateRequest) CreateParams {
 	p := CreateParams{
 		Image: m.GetImage(), Labels: m.GetLabels(), Env: m.GetEnv(),
 		Workdir: m.GetWorkdir(), User: m.GetUser(), Backend: m.GetBackend(),
@@ -83,11 +93,7 @@ func (a *sandboxAPI) Create(ctx context.Context, req *connect.Request[sandboxv1.
 	if r := m.GetResources(); r != nil {
 		p.Resources = sandbox.Resources{MemoryBytes: r.GetMemoryBytes(), CPUs: r.GetCpus(), Pids: r.GetPids(), DiskBytes: r.GetDiskBytes()}
 	}
-	rec, err := a.e.Create(ctx, callerOf(req.Header()), p)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&sandboxv1.CreateResponse{Sandbox: a.e.toProto(rec)}), nil
+	return p
 }
 
 func (a *sandboxAPI) Get(ctx context.Context, req *connect.Request[sandboxv1.GetRequest]) (*connect.Response[sandboxv1.GetResponse], error) {
@@ -132,9 +138,14 @@ func (a *sandboxAPI) Delete(ctx context.Context, req *connect.Request[sandboxv1.
 
 func (a *sandboxAPI) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecRequest], stream *connect.ServerStream[sandboxv1.ExecResponse]) error {
 	m := req.Msg
+	if m.GetRows() > 0xffff || m.GetCols() > 0xffff {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "terminal size %dx%d is too large", m.GetRows(), m.GetCols())
+	}
 	p := ExecParams{
 		Sandbox: m.GetSandboxId(), Argv: m.GetArgv(), Shell: m.GetShell(), Env: m.GetEnv(),
 		Cwd: m.GetCwd(), User: m.GetUser(), Stdin: m.GetStdin(), Timeout: m.GetTimeout().AsDuration(),
+		StdinOpen: m.GetStdinOpen(), TTY: m.GetTty(), Rows: uint16(m.GetRows()), Cols: uint16(m.GetCols()),
+		OutputLimit: m.GetOutputLimit(), Detach: m.GetDetach(),
 	}
 	return a.e.Exec(ctx, callerOf(req.Header()), p, func(ev ExecEvent) error {
 		return stream.Send(execEventProto(ev))
@@ -150,14 +161,20 @@ func execEventProto(ev ExecEvent) *sandboxv1.ExecResponse {
 			Stream: sandboxv1.Stream(ev.Output.Stream), Offset: ev.Output.Offset, Data: ev.Output.Data,
 		}}}
 	case ev.Exit != nil:
-		x := ev.Exit
-		return &sandboxv1.ExecResponse{Event: &sandboxv1.ExecResponse_Exit{Exit: &sandboxv1.ExecExit{
-			ExitCode: int32(x.Code), Signal: int32(x.Signal), TimedOut: x.TimedOut, OomKilled: x.OOMKilled,
-			StdoutTruncated: x.StdoutTruncated, StderrTruncated: x.StderrTruncated,
-			Duration: durationpb.New(x.Ended.Sub(x.Started)),
-		}}}
+		return &sandboxv1.ExecResponse{Event: &sandboxv1.ExecResponse_Exit{Exit: exitProto(ev.Exit)}}
 	}
 	return &sandboxv1.ExecResponse{Event: &sandboxv1.ExecResponse_Keepalive{Keepalive: &sandboxv1.Keepalive{}}}
+}
+
+func exitProto(x *sandbox.ExitStatus) *sandboxv1.ExecExit {
+	out := &sandboxv1.ExecExit{
+		ExitCode: int32(x.Code), Signal: int32(x.Signal), TimedOut: x.TimedOut, OomKilled: x.OOMKilled,
+		StdoutTruncated: x.StdoutTruncated, StderrTruncated: x.StderrTruncated, Lost: x.Lost,
+	}
+	if !x.Ended.IsZero() && !x.Started.IsZero() {
+		out.Duration = durationpb.New(x.Ended.Sub(x.Started))
+	}
+	return out
 }
 
 func (a *sandboxAPI) ReadFile(ctx context.Context, req *connect.Request[sandboxv1.ReadFileRequest], stream *connect.ServerStream[sandboxv1.ReadFileResponse]) error {
@@ -174,14 +191,9 @@ func (a *sandboxAPI) WriteFile(ctx context.Context, stream *connect.ClientStream
 		return nil, err
 	}
 	h := first.GetHeader()
-	if h.GetMode()&^0o7777 != 0 {
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "file mode %o: only permission bits", h.GetMode())
-	}
-	mode := fs.FileMode(h.GetMode() & 0o777)
-	for bit, flag := range map[uint32]fs.FileMode{0o4000: fs.ModeSetuid, 0o2000: fs.ModeSetgid, 0o1000: fs.ModeSticky} {
-		if h.GetMode()&bit != 0 {
-			mode |= flag
-		}
+	mode, err := modeOf(h.GetMode())
+	if err != nil {
+		return nil, err
 	}
 	info, err := a.e.WriteFile(ctx, callerOf(stream.RequestHeader()), WriteParams{
 		Sandbox: h.GetSandboxId(), Path: h.GetPath(), Mode: mode, MakeParents: h.GetMakeParents(), User: h.GetUser(),
@@ -211,7 +223,24 @@ func fileInfoProto(i *sandbox.FileInfo) *sandboxv1.FileInfo {
 	return &sandboxv1.FileInfo{
 		Path: i.Path, Size: i.Size, Mode: mode, ModTime: timestamppb.New(i.ModTime),
 		IsDir: i.Mode.IsDir(), Uid: i.UID, Gid: i.GID,
+		Name: i.Name, LinkTarget: i.LinkTarget, Type: fileType(i.Mode),
 	}
+}
+
+func fileType(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "dir"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "file"
 }
 
 var stateProto = map[string]sandboxv1.State{

@@ -24,6 +24,7 @@ import (
 
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/metrics"
 )
 
 // ImageResolver turns an image name into local layers.
@@ -86,6 +87,8 @@ type Config struct {
 	CPUs    int
 	Version string
 	Logger  *slog.Logger
+	// Metrics, when set, receives latencies and the node's sandboxes.
+	Metrics *metrics.Metrics
 }
 
 // Edge is a running node agent.
@@ -94,8 +97,10 @@ type Edge struct {
 	log   *slog.Logger
 	store *store
 
-	wg   sync.WaitGroup
-	stop chan struct{}
+	wg     sync.WaitGroup
+	stop   chan struct{}
+	events bus
+	idem   idemLocks
 
 	mu sync.Mutex
 	// guarded by mu
@@ -172,14 +177,29 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 		st.close()
 		return nil, err
 	}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Registry.Register(collector{e}); err != nil {
+			st.close()
+			return nil, err
+		}
+	}
 	e.wg.Add(1)
 	go e.reapLoop()
+	for name, be := range cfg.Backends {
+		if src, ok := be.(sandbox.EventSource); ok {
+			e.wg.Add(1)
+			go e.eventLoop(name, src)
+		}
+	}
 	return e, nil
 }
 
 // Close stops the edge's goroutines and closes its state; sandboxes keep
 // running.
 func (e *Edge) Close() error {
+	if e.cfg.Metrics != nil {
+		e.cfg.Metrics.Registry.Unregister(collector{e})
+	}
 	close(e.stop)
 	e.wg.Wait()
 	return e.store.close()
@@ -258,6 +278,7 @@ func (e *Edge) reapLoop() {
 	defer e.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var lastIdemSweep time.Time
 	for {
 		select {
 		case <-e.stop:
@@ -290,10 +311,16 @@ func (e *Edge) reapLoop() {
 			}
 			e.log.Info("reaping sandbox", "sandbox", r.ID, "reason", reason)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if err := e.deleteOne(ctx, r.ID); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+			if err := e.deleteOne(ctx, r.ID, EventTTLExpired, reason); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
 				e.log.Warn("reap sandbox", "sandbox", r.ID, "err", err)
 			}
 			cancel()
+		}
+		if now.Sub(lastIdemSweep) > time.Minute {
+			lastIdemSweep = now
+			if err := e.store.expireIdem(now); err != nil {
+				e.log.Warn("expire idempotency keys", "err", err)
+			}
 		}
 	}
 }
@@ -390,6 +417,8 @@ func NodeOfID(id string) (string, bool) {
 type Caller struct {
 	Project string
 	Admin   bool
+	// KeyID names the API key; idempotency keys are scoped to it.
+	KeyID string
 }
 
 func (c Caller) sees(r *Record) bool { return c.Admin || r.Project == c.Project }

@@ -22,6 +22,14 @@ type ExecParams struct {
 	User    string
 	Stdin   []byte
 	Timeout time.Duration
+	// StdinOpen keeps stdin open for WriteStdin.
+	StdinOpen bool
+	// TTY runs the command on a terminal of Rows x Cols.
+	TTY         bool
+	Rows, Cols  uint16
+	OutputLimit int64
+	// Detach returns after the started event.
+	Detach bool
 }
 
 // ExecEvent is one event of an exec stream; exactly one field is set.
@@ -76,8 +84,8 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 	if err := validateEnv(p.Env); err != nil {
 		return err
 	}
-	if p.Timeout < 0 {
-		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec timeout must not be negative")
+	if p.Timeout < 0 || p.OutputLimit < 0 {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec timeout and output limit must not be negative")
 	}
 	be, err := e.backend(r.Backend)
 	if err != nil {
@@ -102,23 +110,137 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 		cwd = "/"
 	}
 	spec := sandbox.ExecSpec{
-		ID:      "x" + randomString(15),
-		Argv:    argv,
-		Env:     execEnv(r, id, p.Env),
-		Cwd:     cwd,
-		UID:     id.UID,
-		GID:     id.GID,
-		Groups:  id.Groups,
-		Stdin:   p.Stdin,
-		Timeout: p.Timeout,
+		ID:          "x" + randomString(15),
+		Argv:        argv,
+		Env:         execEnv(r, id, p.Env),
+		Cwd:         cwd,
+		UID:         id.UID,
+		GID:         id.GID,
+		Groups:      id.Groups,
+		Stdin:       p.Stdin,
+		Timeout:     p.Timeout,
+		StdinOpen:   p.StdinOpen,
+		TTY:         p.TTY,
+		Rows:        p.Rows,
+		Cols:        p.Cols,
+		OutputLimit: p.OutputLimit,
 	}
+	if p.TTY {
+		spec.Env = append(spec.Env, "TERM=xterm-256color")
+	}
+	start := time.Now()
 	if err := be.StartExec(ctx, r.ID, spec); err != nil {
 		return err
 	}
-	if err := send(ExecEvent{Started: spec.ID}); err != nil {
+	if m := e.cfg.Metrics; m != nil {
+		m.ExecStartSeconds.WithLabelValues(r.Backend).Observe(time.Since(start).Seconds())
+	}
+	if err := send(ExecEvent{Started: spec.ID}); err != nil || p.Detach {
 		return err
 	}
-	return e.follow(ctx, be, r.ID, spec.ID, [2]int64{}, send)
+	err = e.follow(ctx, be, r.ID, spec.ID, [2]int64{}, send)
+	if m := e.cfg.Metrics; m != nil && err == nil {
+		m.ExecSeconds.WithLabelValues(r.Backend).Observe(time.Since(start).Seconds())
+	}
+	return err
+}
+
+// Attach streams an exec's output from the given offsets, then its exit.
+func (e *Edge) Attach(ctx context.Context, caller Caller, id, execID string, stdoutOff, stderrOff int64, send func(ExecEvent) error) error {
+	r, err := e.lookup(caller, id)
+	if err != nil {
+		return err
+	}
+	if stdoutOff < 0 || stderrOff < 0 {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "attach offsets must not be negative")
+	}
+	be, err := e.backend(r.Backend)
+	if err != nil {
+		return err
+	}
+	done := e.streamOpen(r.ID)
+	defer done()
+	for i, off := range []int64{stdoutOff, stderrOff} {
+		o, err := be.OpenOutput(ctx, r.ID, execID, sandbox.Stream(i+1))
+		if err != nil {
+			return err
+		}
+		size, err := o.Size()
+		o.Close()
+		if err != nil {
+			return err
+		}
+		if off > size {
+			// Output only grows; an offset past its end is a client error,
+			// unless the command still writes (then it is reached later).
+			if st, _ := e.execRunning(ctx, be, r.ID, execID); !st {
+				return errdefs.Newf(errdefs.ErrInvalidArgument, "offset %d is past the end of %s (%d bytes)", off, sandbox.Stream(i+1), size)
+			}
+		}
+	}
+	return e.follow(ctx, be, r.ID, execID, [2]int64{stdoutOff, stderrOff}, send)
+}
+
+// execRunning reports whether an exec still runs.
+func (e *Edge) execRunning(ctx context.Context, be sandbox.Backend, id, execID string) (bool, error) {
+	execs, err := be.ListExecs(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	for _, x := range execs {
+		if x.ID == execID {
+			return x.Running, nil
+		}
+	}
+	return false, errdefs.Newf(errdefs.ErrNotFound, "exec %s not found in sandbox %s", execID, id)
+}
+
+// WriteStdin writes to a running exec's stdin.
+func (e *Edge) WriteStdin(ctx context.Context, caller Caller, id, execID string, data []byte, closeIt bool) error {
+	be, err := e.execBackend(caller, id)
+	if err != nil {
+		return err
+	}
+	return be.WriteStdin(ctx, id, execID, data, closeIt)
+}
+
+// Signal signals an exec's process group (default SIGTERM).
+func (e *Edge) Signal(ctx context.Context, caller Caller, id, execID string, sig int) error {
+	be, err := e.execBackend(caller, id)
+	if err != nil {
+		return err
+	}
+	if sig == 0 {
+		sig = 15
+	}
+	return be.Signal(ctx, id, execID, sig)
+}
+
+// ResizeTTY resizes a TTY exec.
+func (e *Edge) ResizeTTY(ctx context.Context, caller Caller, id, execID string, rows, cols uint16) error {
+	be, err := e.execBackend(caller, id)
+	if err != nil {
+		return err
+	}
+	return be.ResizeTTY(ctx, id, execID, rows, cols)
+}
+
+// ListExecs returns a sandbox's command journal.
+func (e *Edge) ListExecs(ctx context.Context, caller Caller, id string) ([]sandbox.ExecInfo, error) {
+	be, err := e.execBackend(caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return be.ListExecs(ctx, id)
+}
+
+func (e *Edge) execBackend(caller Caller, id string) (sandbox.Backend, error) {
+	r, err := e.lookup(caller, id)
+	if err != nil {
+		return nil, err
+	}
+	e.touch(id)
+	return e.backend(r.Backend)
 }
 
 // execEnv builds an exec's environment: defaults, then the image's, the

@@ -128,3 +128,108 @@ func sandboxFiles(be sandbox.Backend, id string) fileReader {
 		return io.ReadAll(io.LimitReader(rc, 4<<20))
 	}
 }
+
+// fileBackend returns the backend of a running sandbox caller may see.
+func (e *Edge) fileBackend(caller Caller, id string) (sandbox.Backend, *Record, error) {
+	r, err := e.lookup(caller, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.State != StateRunning {
+		return nil, nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s: its files can no longer be reached", r.ID, r.State)
+	}
+	be, err := e.backend(r.Backend)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.touch(id)
+	return be, r, nil
+}
+
+// Stat describes a file.
+func (e *Edge) Stat(ctx context.Context, caller Caller, id, path string) (sandbox.FileInfo, error) {
+	be, _, err := e.fileBackend(caller, id)
+	if err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	return be.Stat(ctx, id, path)
+}
+
+// maxListEntries bounds one ListDir.
+const maxListEntries = 10000
+
+// ListDir lists a directory.
+func (e *Edge) ListDir(ctx context.Context, caller Caller, id, path string, limit int) ([]sandbox.FileInfo, bool, error) {
+	be, _, err := e.fileBackend(caller, id)
+	if err != nil {
+		return nil, false, err
+	}
+	if limit <= 0 || limit > maxListEntries {
+		limit = maxListEntries
+	}
+	return be.ReadDir(ctx, id, path, limit)
+}
+
+// MakeDir makes a directory owned by user (default root).
+func (e *Edge) MakeDir(ctx context.Context, caller Caller, id, path string, mode fs.FileMode, parents bool, user string) (sandbox.FileInfo, error) {
+	be, r, err := e.fileBackend(caller, id)
+	if err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	if mode == 0 {
+		mode = 0o755
+	}
+	var uid, gid uint32
+	if user != "" {
+		ident, err := resolveUser(ctx, user, sandboxFiles(be, r.ID))
+		if err != nil {
+			return sandbox.FileInfo{}, err
+		}
+		uid, gid = ident.UID, ident.GID
+	}
+	return be.Mkdir(ctx, id, path, mode, parents, uid, gid)
+}
+
+// Remove removes a file or, with recursive, a tree.
+func (e *Edge) Remove(ctx context.Context, caller Caller, id, path string, recursive bool) error {
+	be, _, err := e.fileBackend(caller, id)
+	if err != nil {
+		return err
+	}
+	return be.Remove(ctx, id, path, recursive)
+}
+
+// Rename renames a file or directory.
+func (e *Edge) Rename(ctx context.Context, caller Caller, id, from, to string, overwrite bool) error {
+	be, _, err := e.fileBackend(caller, id)
+	if err != nil {
+		return err
+	}
+	return be.Rename(ctx, id, from, to, overwrite)
+}
+
+// DownloadTar writes the tree at path as a tar archive to w.
+func (e *Edge) DownloadTar(ctx context.Context, caller Caller, id, path string, w io.Writer) error {
+	be, _, err := e.fileBackend(caller, id)
+	if err != nil {
+		return err
+	}
+	return be.DownloadTar(ctx, id, path, w)
+}
+
+// UploadTar extracts a tar archive into dir, owned by user (default root).
+func (e *Edge) UploadTar(ctx context.Context, caller Caller, id, dir string, makeParents bool, user string, r io.Reader) (sandbox.TarStats, error) {
+	be, rec, err := e.fileBackend(caller, id)
+	if err != nil {
+		return sandbox.TarStats{}, err
+	}
+	opts := sandbox.TarOptions{MakeParents: makeParents}
+	if user != "" {
+		ident, err := resolveUser(ctx, user, sandboxFiles(be, rec.ID))
+		if err != nil {
+			return sandbox.TarStats{}, err
+		}
+		opts.UID, opts.GID = ident.UID, ident.GID
+	}
+	return be.UploadTar(ctx, id, dir, r, opts)
+}

@@ -138,8 +138,42 @@ func (e *Edge) admit(mem int64) (release func(), err error) {
 	}, nil
 }
 
-// Create makes a sandbox and returns its record once it runs.
-func (e *Edge) Create(ctx context.Context, caller Caller, p CreateParams) (*Record, error) {
+// Create makes a sandbox and returns its record once it runs. With an
+// idempotency key, a retry of the same request returns the same sandbox
+// (and the create goes on even if the caller goes away, so that the retry
+// finds it); the same key with another request is FailedPrecondition.
+func (e *Edge) Create(ctx context.Context, caller Caller, p CreateParams, key string) (*Record, error) {
+	if key == "" {
+		return e.create(ctx, caller, p)
+	}
+	if len(key) > 256 {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "idempotency key is longer than 256 bytes")
+	}
+	hash := requestHash(p)
+	unlock := e.idem.lock(caller.KeyID + "\x00" + key)
+	defer unlock()
+	k := idemKey(caller, key)
+	ent, err := e.store.getIdem(k)
+	if err != nil {
+		return nil, err
+	}
+	if ent != nil {
+		return e.replay(ent, hash, key)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	r, err := e.create(cctx, caller, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.store.putIdem(k, &idemEntry{Hash: hash, SandboxID: r.ID, Created: time.Now().UTC(), Snapshot: *r}); err != nil {
+		e.log.Warn("record idempotency key", "sandbox", r.ID, "err", err)
+	}
+	return r, nil
+}
+
+func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Record, error) {
+	start := time.Now()
 	if err := e.normalize(&p); err != nil {
 		return nil, err
 	}
@@ -192,12 +226,21 @@ func (e *Edge) Create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 		} else {
 			_ = e.store.remove(r.ID)
 		}
+		r.State, r.Reason = StateFailed, err.Error()
+		e.publish(EventFailed, r, err.Error())
 		return nil, fmt.Errorf("create sandbox from %s: %w", img.Name, err)
 	}
-	return e.store.update(r.ID, func(r *Record) error {
+	r, err = e.store.update(r.ID, func(r *Record) error {
 		r.State = StateRunning
 		return nil
 	})
+	if err == nil {
+		e.publish(EventCreated, r, "")
+		if m := e.cfg.Metrics; m != nil {
+			m.CreateSeconds.WithLabelValues(r.Backend).Observe(time.Since(start).Seconds())
+		}
+	}
+	return r, err
 }
 
 // Get returns one sandbox, with its state refreshed from the backend.
@@ -237,6 +280,11 @@ func (e *Edge) refresh(ctx context.Context, r *Record) *Record {
 		}
 		return nil
 	}); err == nil {
+		typ := EventExited
+		if state == StateFailed {
+			typ = EventFailed
+		}
+		e.publish(typ, nr, reason)
 		return nr
 	}
 	return r
@@ -275,7 +323,7 @@ func (e *Edge) Delete(ctx context.Context, caller Caller, id string) error {
 	if _, err := e.lookup(caller, id); err != nil {
 		return err
 	}
-	return e.deleteOne(ctx, id)
+	return e.deleteOne(ctx, id, EventDeleted, "")
 }
 
 // DeleteSelector deletes every sandbox caller sees that matches sel and
@@ -301,7 +349,7 @@ func (e *Edge) DeleteSelector(ctx context.Context, caller Caller, sel map[string
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			err := e.deleteOne(ctx, r.ID)
+			err := e.deleteOne(ctx, r.ID, EventDeleted, "")
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -317,7 +365,8 @@ func (e *Edge) DeleteSelector(ctx context.Context, caller Caller, sel map[string
 	return deleted, first
 }
 
-func (e *Edge) deleteOne(ctx context.Context, id string) error {
+// deleteOne deletes a sandbox and publishes typ (deleted, or ttl_expired).
+func (e *Edge) deleteOne(ctx context.Context, id, typ, reason string) error {
 	var prev string
 	r, err := e.store.update(id, func(r *Record) error {
 		if r.State == StateDeleting {
@@ -344,6 +393,8 @@ func (e *Edge) deleteOne(ctx context.Context, id string) error {
 	if err := e.store.remove(id); err != nil {
 		return err
 	}
+	r.State, r.Reason = StateDeleting, reason
+	e.publish(typ, r, reason)
 	e.mu.Lock()
 	if prev == StateRunning || prev == StateCreating {
 		e.committed -= r.Resources.MemoryBytes
@@ -384,4 +435,78 @@ func (e *Edge) Status() (NodeStatus, error) {
 	st.MemoryCommitted = e.committed
 	e.mu.Unlock()
 	return st, nil
+}
+
+// SetTimeout sets a live sandbox's hard TTL (from now) and/or idle TTL;
+// nil leaves one as it is.
+func (e *Edge) SetTimeout(ctx context.Context, caller Caller, id string, ttl, idle *time.Duration) (*Record, error) {
+	if _, err := e.lookup(caller, id); err != nil {
+		return nil, err
+	}
+	for _, d := range []*time.Duration{ttl, idle} {
+		if d != nil && *d <= 0 {
+			return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "TTLs must be positive")
+		}
+	}
+	e.touch(id)
+	r, err := e.store.update(id, func(r *Record) error {
+		if r.State == StateDeleting {
+			return errdefs.Newf(errdefs.ErrNotFound, "sandbox %s is being deleted", id)
+		}
+		if ttl != nil {
+			r.ExpiresAt = time.Now().UTC().Add(*ttl)
+		}
+		if idle != nil {
+			r.IdleTTL = *idle
+		}
+		return nil
+	})
+	if err == nil {
+		e.publish(EventUpdated, r, "timeout")
+	}
+	return r, err
+}
+
+// UpdateLabels sets and removes labels of a sandbox.
+func (e *Edge) UpdateLabels(ctx context.Context, caller Caller, id string, set map[string]string, remove []string) (*Record, error) {
+	if _, err := e.lookup(caller, id); err != nil {
+		return nil, err
+	}
+	if err := ValidateLabels(set); err != nil {
+		return nil, err
+	}
+	e.touch(id)
+	r, err := e.store.update(id, func(r *Record) error {
+		if r.State == StateDeleting {
+			return errdefs.Newf(errdefs.ErrNotFound, "sandbox %s is being deleted", id)
+		}
+		if r.Labels == nil {
+			r.Labels = map[string]string{}
+		}
+		for _, k := range remove {
+			delete(r.Labels, k)
+		}
+		for k, v := range set {
+			r.Labels[k] = v
+		}
+		return ValidateLabels(r.Labels)
+	})
+	if err == nil {
+		e.publish(EventUpdated, r, "labels")
+	}
+	return r, err
+}
+
+// Stats reports a sandbox's resource use.
+func (e *Edge) Stats(ctx context.Context, caller Caller, id string) (*Record, sandbox.Stats, error) {
+	r, err := e.lookup(caller, id)
+	if err != nil {
+		return nil, sandbox.Stats{}, err
+	}
+	be, err := e.backend(r.Backend)
+	if err != nil {
+		return nil, sandbox.Stats{}, err
+	}
+	st, err := be.Stats(ctx, id)
+	return r, st, err
 }

@@ -50,12 +50,43 @@ type SandboxInfo struct {
 	Adopted bool `json:"adopted,omitempty"`
 	// RunningExecs counts execs that have not ended.
 	RunningExecs int `json:"running_execs,omitempty"`
+	// DiskLimit is the writable layer's size limit (0: not limited).
+	DiskLimit int64 `json:"disk_limit,omitempty"`
 }
 
 // ExecRequest starts a command.
 type ExecRequest struct {
 	Sandbox string           `json:"sandbox"`
 	Spec    sandbox.ExecSpec `json:"spec"`
+}
+
+// StdinRequest writes to an exec's stdin.
+type StdinRequest struct {
+	Sandbox string `json:"sandbox"`
+	Exec    string `json:"exec"`
+	Data    []byte `json:"data,omitempty"`
+	Close   bool   `json:"close,omitempty"`
+}
+
+// SignalRequest signals an exec's process group.
+type SignalRequest struct {
+	Sandbox string `json:"sandbox"`
+	Exec    string `json:"exec"`
+	Signal  int    `json:"signal"`
+}
+
+// ResizeRequest resizes a TTY exec.
+type ResizeRequest struct {
+	Sandbox string `json:"sandbox"`
+	Exec    string `json:"exec"`
+	Rows    uint16 `json:"rows"`
+	Cols    uint16 `json:"cols"`
+}
+
+// EventsReply carries events and the cursor to ask from next.
+type EventsReply struct {
+	Events []sandbox.Event `json:"events"`
+	Cursor string          `json:"cursor"`
 }
 
 // Stats are a sandbox's resource use.
@@ -66,6 +97,10 @@ type Stats struct {
 	Pids        int64         `json:"pids"`
 	PidsLimit   int64         `json:"pids_limit"`
 	OOMKills    uint64        `json:"oom_kills"`
+	DiskBytes   int64         `json:"disk_bytes"`
+	DiskLimit   int64         `json:"disk_limit"`
+	OutputBytes int64         `json:"output_bytes"`
+	OutputLimit int64         `json:"output_limit"`
 }
 
 // Version describes a running keeper.

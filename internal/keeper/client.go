@@ -100,6 +100,35 @@ func (c *Client) WaitExec(ctx context.Context, id, execID string) (sandbox.ExitS
 	}
 }
 
+// WriteStdin writes to an exec's stdin and optionally closes it.
+func (c *Client) WriteStdin(ctx context.Context, req StdinRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/exec/stdin", nil, req, nil)
+}
+
+// Signal signals an exec's process group.
+func (c *Client) Signal(ctx context.Context, req SignalRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/exec/signal", nil, req, nil)
+}
+
+// Resize resizes a TTY exec.
+func (c *Client) Resize(ctx context.Context, req ResizeRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/exec/resize", nil, req, nil)
+}
+
+// ListExecs returns a sandbox's command journal.
+func (c *Client) ListExecs(ctx context.Context, id string) ([]sandbox.ExecInfo, error) {
+	var out []sandbox.ExecInfo
+	err := c.call(ctx, http.MethodGet, "/v1/exec/list", url.Values{"sandbox": {id}}, nil, &out)
+	return out, err
+}
+
+// Events waits up to about 30 s for events after cursor.
+func (c *Client) Events(ctx context.Context, cursor string) ([]sandbox.Event, string, error) {
+	var r EventsReply
+	err := c.call(ctx, http.MethodGet, "/v1/events", url.Values{"cursor": {cursor}, "timeout": {"25s"}}, nil, &r)
+	return r.Events, r.Cursor, err
+}
+
 // Shutdown asks the keeper to exit. With kill, it first deletes every
 // sandbox; without, sandboxes keep running (unowned) until a new keeper
 // adopts them.

@@ -27,6 +27,16 @@ type Config struct {
 	CgroupParent string
 	// OutputLimit caps each exec output stream. Default 16 MiB.
 	OutputLimit int64
+	// OutputQuota caps the exec output a sandbox keeps in all, until it is
+	// deleted. Default 256 MiB.
+	OutputQuota int64
+	// DiskQuota is how writable layers are limited: "auto" (default:
+	// project quotas where the kernel has them, else one file system
+	// image per sandbox), "project", "image" or "off".
+	DiskQuota string
+	// DiskSize is the size of the node-level quota file system (project
+	// mode; default: diskquota's).
+	DiskSize int64
 	// Version is reported to clients.
 	Version string
 	Logger  *slog.Logger
@@ -51,6 +61,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.OutputLimit == 0 {
 		c.OutputLimit = 16 << 20
+	}
+	if c.OutputQuota == 0 {
+		c.OutputQuota = 256 << 20
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

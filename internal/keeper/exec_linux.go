@@ -2,15 +2,20 @@ package keeper
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
@@ -19,8 +24,22 @@ import (
 
 // execProc is one running or finished command.
 type execProc struct {
+	pid  int           // the command's host pid, also its process group
+	tty  *os.File      // the pty master of a TTY exec; owned by its pump
 	done chan struct{} // closed once rec is final and on disk
-	rec  ExitRecord
+
+	mu sync.Mutex
+	// guarded by mu
+	stdin *os.File // nil once closed or for a TTY exec
+	rec   ExitRecord
+}
+
+// journalEntry is an exec's spec.json: what ListExecs reports of it.
+type journalEntry struct {
+	ID      string    `json:"id"`
+	Argv    []string  `json:"argv"`
+	TTY     bool      `json:"tty,omitempty"`
+	Started time.Time `json:"started"`
 }
 
 var execIDRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
@@ -29,6 +48,9 @@ var execIDRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
 // background children may hold the pipes open much longer, and their later
 // output is still appended.
 const drainGrace = 200 * time.Millisecond
+
+// stdinWriteTimeout bounds a WriteStdin to a command that does not read.
+const stdinWriteTimeout = 30 * time.Second
 
 func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	spec := req.Spec
@@ -67,6 +89,11 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	if limit <= 0 {
 		limit = k.cfg.OutputLimit
 	}
+	started := time.Now()
+	if err := writeJSON(filepath.Join(dir, "spec.json"), journalEntry{ID: spec.ID, Argv: spec.Argv, TTY: spec.TTY, Started: started.UTC()}); err != nil {
+		os.RemoveAll(dir)
+		return fmt.Errorf("exec journal: %w", err)
+	}
 	p := &execProc{done: make(chan struct{})}
 	b.mu.Lock()
 	b.execs[spec.ID] = p
@@ -79,58 +106,68 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		return err
 	}
 
-	var files []*os.File // everything to close on return
+	// owned are closed on return: our copies of what the child inherits.
+	var owned []*os.File
 	defer func() {
-		for _, f := range files {
+		for _, f := range owned {
 			f.Close()
 		}
 	}()
-	outs := make([]*os.File, 2)
-	readers := make([]*os.File, 2)
-	childEnds := make([]*os.File, 3)
+	// kept are handed to goroutines on success, closed on failure.
+	var kept []*os.File
+	closeKept := func() {
+		for _, f := range kept {
+			f.Close()
+		}
+	}
+	var outs [2]*os.File
 	for i, s := range []sandbox.Stream{sandbox.Stdout, sandbox.Stderr} {
 		f, err := os.OpenFile(k.l.OutputPath(req.Sandbox, spec.ID, s), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if err != nil {
+			closeKept()
 			return fail(fmt.Errorf("exec output: %w", err))
 		}
-		r, w, err := os.Pipe()
-		if err != nil {
-			f.Close()
-			return fail(fmt.Errorf("exec pipe: %w", err))
-		}
-		outs[i], readers[i], childEnds[i+1] = f, r, w
-		files = append(files, w)
+		outs[i] = f
+		kept = append(kept, f)
 	}
-	var stdinW *os.File
-	if len(spec.Stdin) > 0 {
-		r, w, err := os.Pipe()
+	var stdio [3]*os.File
+	var readers [2]*os.File // what the pumps read: pipes, or the pty master
+	if spec.TTY {
+		master, slave, err := openPTY(info.Pid, k.cfg.IDMap.HostID+spec.UID, k.cfg.IDMap.HostID+5, spec.Rows, spec.Cols)
 		if err != nil {
+			closeKept()
 			return fail(err)
 		}
-		childEnds[0], stdinW = r, w
-		files = append(files, r)
+		owned = append(owned, slave)
+		kept = append(kept, master)
+		stdio = [3]*os.File{slave, slave, slave}
+		readers[0], p.tty = master, master
 	} else {
-		devnull, err := os.Open(os.DevNull)
-		if err != nil {
-			return fail(err)
-		}
-		childEnds[0] = devnull
-		files = append(files, devnull)
-	}
-	closeOwn := func() {
-		for _, f := range append(outs, readers...) {
-			if f != nil {
-				f.Close()
+		for i := range 2 {
+			r, w, err := os.Pipe()
+			if err != nil {
+				closeKept()
+				return fail(fmt.Errorf("exec pipe: %w", err))
 			}
+			owned = append(owned, w)
+			kept = append(kept, r)
+			stdio[i+1], readers[i] = w, r
 		}
-		if stdinW != nil {
-			stdinW.Close()
+		if len(spec.Stdin) > 0 || spec.StdinOpen {
+			r, w, err := os.Pipe()
+			if err != nil {
+				closeKept()
+				return fail(err)
+			}
+			owned = append(owned, r)
+			kept = append(kept, w)
+			stdio[0], p.stdin = r, w
 		}
 	}
 
 	procs, err := k.procsFiles(req.Sandbox)
 	if err != nil {
-		closeOwn()
+		closeKept()
 		return fail(err)
 	}
 	before, _ := k.cg.Stats(req.Sandbox)
@@ -144,103 +181,134 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		Argv:        spec.Argv,
 		Env:         spec.Env,
 		KeepCaps:    nsexec.DefaultCaps,
+		Seccomp:     k.seccomp,
 		Setsid:      true,
+		TTY:         spec.TTY,
 	}
 	if cfg.Cwd == "" {
 		cfg.Cwd = "/"
 	}
-	started := time.Now()
-	helper, child, err := nsexec.Spawn(k.cfg.Self, cfg, [3]*os.File{childEnds[0], childEnds[1], childEnds[2]})
+	helper, child, err := nsexec.Spawn(k.cfg.Self, cfg, stdio)
 	if helper > 0 {
 		k.reaper.watch(helper) // its exit is reaped and dropped
 	}
 	if err != nil {
-		closeOwn()
+		closeKept()
 		return fail(err)
 	}
+	p.pid = child
 	exitCh := k.reaper.watch(child)
 
 	var pumps sync.WaitGroup
-	var truncated [2]bool
-	var written [2]int64
-	for i := range outs {
+	var truncated [2]atomic.Bool
+	var written [2]atomic.Int64
+	for i := range readers {
+		if readers[i] == nil {
+			outs[i].Close()
+			continue
+		}
 		pumps.Add(1)
 		go func() {
 			defer pumps.Done()
 			defer readers[i].Close()
 			defer outs[i].Close()
-			written[i], truncated[i] = pump(outs[i], readers[i], limit)
+			n, trunc := pump(outs[i], readers[i], limit, b.takeOutput)
+			written[i].Store(n)
+			truncated[i].Store(trunc)
 		}()
 	}
-	if stdinW != nil {
+	if len(spec.Stdin) > 0 {
+		w := p.stdin
+		if spec.TTY {
+			w = p.tty
+		}
+		closeAfter := !spec.StdinOpen && !spec.TTY
 		go func() {
-			defer stdinW.Close()
-			_, _ = stdinW.Write(spec.Stdin)
+			_, _ = w.Write(spec.Stdin)
+			if closeAfter {
+				p.closeStdin()
+			}
 		}()
 	}
-	go func() {
-		var ws syscall.WaitStatus
-		timedOut := false
-		var timer <-chan time.Time
-		if spec.Timeout > 0 {
-			t := time.NewTimer(spec.Timeout)
-			defer t.Stop()
-			timer = t.C
-		}
-		select {
-		case ws = <-exitCh:
-		case <-timer:
-			timedOut = true
-			_ = syscall.Kill(-child, syscall.SIGKILL)
-			_ = syscall.Kill(child, syscall.SIGKILL)
-			ws = <-exitCh
-		}
-		ended := time.Now()
-		drained := make(chan struct{})
-		go func() { pumps.Wait(); close(drained) }()
-		select {
-		case <-drained:
-		case <-time.After(drainGrace):
-		}
-		rec := ExitRecord{ExitStatus: sandbox.ExitStatus{Started: started, Ended: ended, TimedOut: timedOut}}
-		switch {
-		case ws.Exited():
-			rec.Code = ws.ExitStatus()
-		case ws.Signaled():
-			rec.Signal = int(ws.Signal())
-		}
-		if rec.Signal == int(syscall.SIGKILL) && !timedOut {
-			if after, err := k.cg.Stats(req.Sandbox); err == nil && after.OOMKills > before.OOMKills {
-				rec.OOMKilled = true
-			}
-		}
-		select {
-		case <-drained:
-			rec.StdoutTruncated, rec.StderrTruncated = truncated[0], truncated[1]
-			rec.StdoutBytes, rec.StderrBytes = written[0], written[1]
-		default:
-			// Output still flows from background processes; sizes are
-			// whatever the files hold when read.
-		}
-		if err := k.l.writeExit(req.Sandbox, spec.ID, rec); err != nil {
-			k.log.Warn("write exit record", "sandbox", req.Sandbox, "exec", spec.ID, "err", err)
-		}
-		p.rec = rec
-		close(p.done)
-	}()
+	go k.awaitExec(req.Sandbox, spec, p, child, exitCh, before.OOMKills, started, &pumps, &truncated, &written)
 	return nil
 }
 
-// pump copies r to f until EOF, keeping at most limit bytes; past the
-// limit the rest is read and dropped so the writer never blocks.
-func pump(f *os.File, r io.Reader, limit int64) (written int64, truncated bool) {
+// awaitExec waits for a command's end (killing its group at the timeout),
+// then records the exit once its output is drained.
+func (k *Keeper) awaitExec(id string, spec sandbox.ExecSpec, p *execProc, child int,
+	exitCh <-chan syscall.WaitStatus, oomBefore int64, started time.Time,
+	pumps *sync.WaitGroup, truncated *[2]atomic.Bool, written *[2]atomic.Int64) {
+	var ws syscall.WaitStatus
+	timedOut := false
+	var timer <-chan time.Time
+	if spec.Timeout > 0 {
+		t := time.NewTimer(spec.Timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case ws = <-exitCh:
+	case <-timer:
+		timedOut = true
+		_ = syscall.Kill(-child, syscall.SIGKILL)
+		_ = syscall.Kill(child, syscall.SIGKILL)
+		ws = <-exitCh
+	}
+	ended := time.Now()
+	p.closeStdin()
+	drained := make(chan struct{})
+	go func() { pumps.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainGrace):
+	}
+	rec := ExitRecord{ExitStatus: sandbox.ExitStatus{Started: started, Ended: ended, TimedOut: timedOut}}
+	switch {
+	case ws.Exited():
+		rec.Code = ws.ExitStatus()
+	case ws.Signaled():
+		rec.Signal = int(ws.Signal())
+	}
+	if rec.Signal == int(syscall.SIGKILL) && !timedOut {
+		if after, err := k.cg.Stats(id); err == nil && after.OOMKills > oomBefore {
+			rec.OOMKilled = true
+		}
+	}
+	rec.StdoutTruncated, rec.StderrTruncated = truncated[0].Load(), truncated[1].Load()
+	rec.StdoutBytes, rec.StderrBytes = written[0].Load(), written[1].Load()
+	if err := k.l.writeExit(id, spec.ID, rec); err != nil {
+		k.log.Warn("write exit record", "sandbox", id, "exec", spec.ID, "err", err)
+	}
+	p.mu.Lock()
+	p.rec = rec
+	p.mu.Unlock()
+	close(p.done)
+}
+
+func (p *execProc) closeStdin() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+}
+
+// pump copies r to f until EOF, keeping at most limit bytes and what the
+// sandbox's output budget allows (take returns how many of n bytes may be
+// kept); past that the rest is read and dropped so the writer never
+// blocks. A pty master ends with EIO when the last slave closes.
+func pump(f *os.File, r io.Reader, limit int64, take func(n int64) int64) (written int64, truncated bool) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			keep := int64(n)
-			if written+keep > limit {
-				keep = max(limit-written, 0)
+			keep := min(int64(n), max(limit-written, 0))
+			if keep > 0 {
+				keep = take(keep)
+			}
+			if keep < int64(n) {
 				truncated = true
 			}
 			if keep > 0 {
@@ -257,7 +325,169 @@ func pump(f *os.File, r io.Reader, limit int64) (written int64, truncated bool) 
 	}
 }
 
+// execProcOf finds a running or finished exec of this keeper.
+func (k *Keeper) execProcOf(id, execID string) (*execProc, error) {
+	b, err := k.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	p := b.execs[execID]
+	b.mu.Unlock()
+	if p == nil {
+		if _, err := os.Stat(k.l.ExecDir(id, execID)); err == nil {
+			return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "exec %s in sandbox %s is not running", execID, id)
+		}
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "exec %s not found in sandbox %s (list them with `dsec exec --list`)", execID, id)
+	}
+	return p, nil
+}
+
+func (p *execProc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// writeStdin writes to an exec's stdin (a TTY's master) and optionally
+// closes it (a TTY gets an end-of-file character instead).
+func (k *Keeper) writeStdin(id, execID string, data []byte, close bool) error {
+	p, err := k.execProcOf(id, execID)
+	if err != nil {
+		return err
+	}
+	if !p.running() {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "exec %s has ended; its stdin is closed", execID)
+	}
+	if p.tty != nil {
+		if close {
+			data = append(data, 0x04) // ^D: end of file at the terminal
+		}
+		return writeWithDeadline(p.tty, data)
+	}
+	p.mu.Lock()
+	w := p.stdin
+	p.mu.Unlock()
+	if w == nil {
+		if len(data) == 0 && close {
+			return nil
+		}
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "the stdin of exec %s is closed (start it with stdin_open to write to it later)", execID)
+	}
+	if err := writeWithDeadline(w, data); err != nil {
+		return err
+	}
+	if close {
+		p.closeStdin()
+	}
+	return nil
+}
+
+func writeWithDeadline(w *os.File, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	_ = w.SetWriteDeadline(time.Now().Add(stdinWriteTimeout))
+	defer w.SetWriteDeadline(time.Time{})
+	_, err := w.Write(data)
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return errdefs.Newf(errdefs.ErrDeadlineExceeded, "the command did not read its stdin for %v", stdinWriteTimeout)
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, os.ErrClosed):
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "the command closed its stdin")
+	}
+	return err
+}
+
+// signal sends sig to an exec's process group.
+func (k *Keeper) signal(id, execID string, sig int) error {
+	if sig <= 0 || sig > 64 {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "signal %d: want 1-64", sig)
+	}
+	p, err := k.execProcOf(id, execID)
+	if err != nil {
+		return err
+	}
+	if !p.running() {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "exec %s has ended", execID)
+	}
+	if err := syscall.Kill(-p.pid, syscall.Signal(sig)); err != nil {
+		if err := syscall.Kill(p.pid, syscall.Signal(sig)); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("signal exec %s: %w", execID, err)
+		}
+	}
+	return nil
+}
+
+// resize sets a TTY exec's window size.
+func (k *Keeper) resize(id, execID string, rows, cols uint16) error {
+	p, err := k.execProcOf(id, execID)
+	if err != nil {
+		return err
+	}
+	if p.tty == nil {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "exec %s has no terminal", execID)
+	}
+	if !p.running() {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "exec %s has ended", execID)
+	}
+	return setWinsize(p.tty, rows, cols)
+}
+
+// listExecs reads a sandbox's command journal.
+func (k *Keeper) listExecs(id string) ([]sandbox.ExecInfo, error) {
+	b, err := k.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(filepath.Join(k.l.SandboxDir(id), "execs"))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandbox.ExecInfo, 0, len(ents))
+	for _, e := range ents {
+		raw, err := os.ReadFile(filepath.Join(k.l.ExecDir(id, e.Name()), "spec.json"))
+		if err != nil {
+			continue
+		}
+		var j journalEntry
+		if json.Unmarshal(raw, &j) != nil {
+			continue
+		}
+		info := sandbox.ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started}
+		b.mu.Lock()
+		p := b.execs[j.ID]
+		b.mu.Unlock()
+		rec, ok, _ := k.l.ReadExit(id, j.ID)
+		switch {
+		case ok:
+			st := rec.ExitStatus
+			info.Exit = &st
+		case p != nil && p.running():
+			info.Running = true
+		default:
+			info.Exit = &sandbox.ExitStatus{Lost: true, Started: j.Started}
+		}
+		for i, s := range []sandbox.Stream{sandbox.Stdout, sandbox.Stderr} {
+			if st, err := os.Stat(k.l.OutputPath(id, j.ID, s)); err == nil {
+				if i == 0 {
+					info.StdoutBytes = st.Size()
+				} else {
+					info.StderrBytes = st.Size()
+				}
+			}
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	return out, nil
+}
+
 // waitExec waits up to timeout for an exec's end; ok is false on timeout.
+// An exec whose end no keeper saw is reported lost.
 func (k *Keeper) waitExec(ctx context.Context, id, execID string, timeout time.Duration) (ExitRecord, bool, error) {
 	b, err := k.lookup(id)
 	if err != nil {
@@ -273,8 +503,7 @@ func (k *Keeper) waitExec(ctx context.Context, id, execID string, timeout time.D
 		}
 		if !ok {
 			if _, serr := os.Stat(k.l.ExecDir(id, execID)); serr == nil {
-				// Started by an earlier keeper; its end was never seen.
-				return ExitRecord{}, false, errdefs.Newf(errdefs.ErrFailedPrecondition, "exec %s in sandbox %s was started by an earlier keeper and its end is unknown", execID, id)
+				return ExitRecord{ExitStatus: sandbox.ExitStatus{Lost: true}}, true, nil
 			}
 			return rec, false, errdefs.Newf(errdefs.ErrNotFound, "exec %s not found in sandbox %s", execID, id)
 		}
@@ -284,6 +513,8 @@ func (k *Keeper) waitExec(ctx context.Context, id, execID string, timeout time.D
 	defer t.Stop()
 	select {
 	case <-p.done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		return p.rec, true, nil
 	case <-t.C:
 		return ExitRecord{}, false, nil
@@ -292,30 +523,82 @@ func (k *Keeper) waitExec(ctx context.Context, id, execID string, timeout time.D
 	}
 }
 
-// procsFiles lists the cgroup.procs files an exec joins: the groups the
-// cgroup manager made, and those the runtime added for the same path in the
-// other v1 hierarchies (devices, blkio, name=systemd), so that a command
-// sits in exactly the init's groups.
-func (k *Keeper) procsFiles(id string) ([]string, error) {
-	files, err := k.cg.ProcsFiles(id)
+// openPTY opens a new terminal in the sandbox's own devpts instance (so
+// that the command's tty name exists in its view), owned by uid:gid (host
+// ids of the exec's user and the sandbox's tty group), with the given size.
+func openPTY(initPid int, uid, gid uint32, rows, cols uint16) (master, slave *os.File, err error) {
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", initPid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "open the sandbox's root for a terminal: %v", err)
 	}
-	seen := map[string]bool{}
-	for _, f := range files {
-		if real, err := filepath.EvalSymlinks(f); err == nil {
-			seen[real] = true
+	defer unix.Close(root)
+	how := &unix.OpenHow{
+		Flags:   unix.O_RDWR | unix.O_NOCTTY | unix.O_CLOEXEC | unix.O_NONBLOCK,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_SYMLINKS,
+	}
+	mfd, err := unix.Openat2(root, "dev/pts/ptmx", how)
+	if err != nil {
+		return nil, nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "the sandbox has no usable /dev/pts/ptmx for a terminal: %v", err)
+	}
+	master = os.NewFile(uintptr(mfd), "ptmx")
+	defer func() {
+		if err != nil {
+			master.Close()
 		}
-		seen[f] = true
+	}()
+	var st unix.Stat_t
+	var sfs unix.Statfs_t
+	if err := unix.Fstat(mfd, &st); err != nil {
+		return nil, nil, err
 	}
-	more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", k.cfg.CgroupParent, id, "cgroup.procs"))
-	for _, f := range more {
-		real, err := filepath.EvalSymlinks(f)
-		if err != nil || seen[real] || seen[f] {
-			continue
-		}
-		seen[real] = true
-		files = append(files, f)
+	if err := unix.Fstatfs(mfd, &sfs); err != nil {
+		return nil, nil, err
 	}
-	return files, nil
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 5 || unix.Minor(st.Rdev) != 2 || sfs.Type != unix.DEVPTS_SUPER_MAGIC {
+		return nil, nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "the sandbox's /dev/pts/ptmx is not a terminal multiplexer")
+	}
+	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
+		return nil, nil, fmt.Errorf("unlock terminal: %w", err)
+	}
+	// TIOCGPTPEER takes the peer's open flags as its argument.
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
+	if errno != 0 {
+		return nil, nil, fmt.Errorf("open terminal peer: %w", errno)
+	}
+	sfd := int(r)
+	slave = os.NewFile(uintptr(sfd), "pts")
+	if err := unix.Fchown(sfd, int(uid), int(gid)); err != nil {
+		slave.Close()
+		return nil, nil, fmt.Errorf("own terminal: %w", err)
+	}
+	_ = unix.Fchmod(sfd, 0o620)
+	if rows == 0 || cols == 0 {
+		rows, cols = 24, 80
+	}
+	if err := setWinsize(master, rows, cols); err != nil {
+		slave.Close()
+		return nil, nil, err
+	}
+	return master, slave, nil
+}
+
+func setWinsize(f *os.File, rows, cols uint16) error {
+	if rows == 0 || cols == 0 {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "terminal size %dx%d: rows and cols must be positive", rows, cols)
+	}
+	// Through SyscallConn: Fd() would switch the master to blocking mode.
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); err != nil {
+		return err
+	}
+	if ierr != nil {
+		return fmt.Errorf("resize terminal: %w", ierr)
+	}
+	return nil
 }

@@ -20,9 +20,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsecproject/dsec/internal/cgroup"
+	"github.com/dsecproject/dsec/internal/diskquota"
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/nsexec"
 	"github.com/dsecproject/dsec/internal/rootfs"
+	"github.com/dsecproject/dsec/internal/seccomp"
 )
 
 // Keeper is a running keeper.
@@ -36,6 +39,11 @@ type Keeper struct {
 	userns *os.File
 	self   *os.File // the dsec binary, passed to the runtime for the init
 	lock   *os.File
+	// seccomp is the filter every exec'd command gets (nil: none).
+	seccomp []byte
+	// disk limits writable layers (nil when off).
+	disk   *diskquota.FS
+	events *eventLog
 
 	mu sync.Mutex
 	// guarded by mu
@@ -48,7 +56,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}
-	k := &Keeper{cfg: cfg, l: Layout{StateDir: cfg.StateDir}, log: cfg.Logger, boxes: map[string]*box{}}
+	k := &Keeper{cfg: cfg, l: Layout{StateDir: cfg.StateDir}, log: cfg.Logger, boxes: map[string]*box{}, events: newEventLog()}
 	if err := k.setup(); err != nil {
 		k.teardown()
 		return err
@@ -56,6 +64,13 @@ func Run(ctx context.Context, cfg Config) error {
 	defer k.teardown()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		k.watchOOM(ctx)
+	}()
+	defer wg.Wait()
 	return k.serve(ctx, stop)
 }
 
@@ -120,8 +135,46 @@ func (k *Keeper) setup() error {
 	if err != nil {
 		return err
 	}
+	// Every command agents run descends from an exec, which gets this filter.
+	k.seccomp, err = seccomp.Default().Compile(seccomp.NativeArch())
+	if err != nil {
+		return fmt.Errorf("seccomp policy: %w", err)
+	}
 	k.reaper = newReaper()
+	if err := k.openDisk(); err != nil {
+		return err
+	}
 	k.adopt()
+	return nil
+}
+
+// openDisk sets up the limits of writable layers.
+func (k *Keeper) openDisk() error {
+	mode := k.cfg.DiskQuota
+	if mode == "off" {
+		k.log.Warn("writable layers are not size-limited (--disk-quota off)")
+		return nil
+	}
+	if mode == "auto" {
+		mode = ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	fs, err := diskquota.Open(ctx, diskquota.Config{
+		Mode:       diskquota.Mode(mode),
+		Image:      filepath.Join(k.cfg.StateDir, "disk", "layers.xfs"),
+		Size:       k.cfg.DiskSize,
+		MountPoint: filepath.Join(k.l.RunDir(), "disks"),
+		Logger:     k.log,
+		Run: func(ctx context.Context, path string, args []string) ([]byte, error) {
+			return k.run(ctx, append([]string{path}, args...), nil)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("disk limits: %w (run `dsec doctor`; --disk-quota off runs without them)", err)
+	}
+	k.disk = fs
+	k.log.Info("writable layers are size-limited", "mode", fs.Mode())
 	return nil
 }
 
@@ -241,15 +294,27 @@ func (k *Keeper) adopt() {
 		if err := json.Unmarshal(b, &info); err != nil || info.ID != e.Name() {
 			continue
 		}
-		bx := &box{info: info, exited: make(chan struct{})}
+		bx := k.newBox(info)
 		bx.info.Adopted = true
 		if st, err := ProcStartTime(info.Pid); err != nil || st != info.StartTime {
-			bx.markExited("the sandbox's init ended while no keeper ran")
+			k.exited(bx, "the sandbox's init ended while no keeper ran")
 		} else {
 			go k.watchAdopted(bx)
 		}
 		k.boxes[info.ID] = bx
 		k.log.Info("adopted sandbox", "id", info.ID, "state", bx.info.State)
+	}
+	if k.disk != nil {
+		dirs, err := k.disk.List()
+		if err != nil {
+			k.log.Warn("list sandbox disks", "err", err)
+		}
+		for _, d := range dirs {
+			if _, ok := k.boxes[d.Name]; !ok {
+				k.log.Info("removing orphaned sandbox disk", "name", d.Name)
+				_ = k.disk.Remove(context.Background(), d.Name)
+			}
+		}
 	}
 	groups, err := k.cg.List()
 	if err != nil {
@@ -271,7 +336,7 @@ func (k *Keeper) adopt() {
 func (k *Keeper) watchAdopted(bx *box) {
 	fd, err := unix.PidfdOpen(bx.info.Pid, 0)
 	if err != nil {
-		bx.markExited("init gone")
+		k.exited(bx, "init gone")
 		return
 	}
 	defer unix.Close(fd)
@@ -282,7 +347,19 @@ func (k *Keeper) watchAdopted(bx *box) {
 			break
 		}
 	}
-	bx.markExited("init exited")
+	k.exited(bx, "init exited")
+}
+
+// exited marks a sandbox's init as ended and reports it, unless the
+// sandbox is being deleted (then its end is expected).
+func (k *Keeper) exited(b *box, reason string) {
+	b.markExited(reason)
+	b.mu.Lock()
+	deleting, id := b.deleting, b.info.ID
+	b.mu.Unlock()
+	if !deleting {
+		k.events.add(id, sandbox.EventExited, reason)
+	}
 }
 
 // ProcStartTime reads a process's start time, field 22 of /proc/PID/stat.

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +38,22 @@ type box struct {
 
 	exited     chan struct{} // closed when the init has ended
 	exitedOnce sync.Once
+
+	// outputLeft is what the sandbox may still keep of exec output.
+	outputLeft atomic.Int64
+	oomSeen    atomic.Int64 // OOM kills already reported as events
+}
+
+// takeOutput reserves up to n bytes of the output budget and returns how
+// many it got.
+func (b *box) takeOutput(n int64) int64 {
+	for {
+		left := b.outputLeft.Load()
+		got := min(n, max(left, 0))
+		if got == 0 || b.outputLeft.CompareAndSwap(left, left-got) {
+			return got
+		}
+	}
 }
 
 func (b *box) markExited(reason string) {
@@ -72,6 +90,12 @@ func (p boxPaths) rootfs() string { return filepath.Join(p.dir, "rootfs") }
 func (p boxPaths) upper() string  { return filepath.Join(p.dir, "upper") }
 func (p boxPaths) work() string   { return filepath.Join(p.dir, "work") }
 
+func (k *Keeper) newBox(info SandboxInfo) *box {
+	b := &box{info: info, exited: make(chan struct{}), execs: map[string]*execProc{}}
+	b.outputLeft.Store(k.cfg.OutputQuota)
+	return b
+}
+
 func (k *Keeper) lookup(id string) (*box, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -96,11 +120,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 	if len(req.Layers) == 0 {
 		return info, errdefs.Newf(errdefs.ErrInvalidArgument, "sandbox %s: no layers", req.ID)
 	}
-	b := &box{
-		info:   SandboxInfo{ID: req.ID, State: "creating", Created: time.Now().UTC()},
-		exited: make(chan struct{}),
-		execs:  map[string]*execProc{},
-	}
+	b := k.newBox(SandboxInfo{ID: req.ID, State: "creating", Created: time.Now().UTC()})
 	b.op.Lock()
 	defer b.op.Unlock()
 	k.mu.Lock()
@@ -125,11 +145,23 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 			return info, fmt.Errorf("sandbox dir: %w", err)
 		}
 	}
+	upper, work := p.upper(), p.work()
+	if k.disk != nil {
+		// The writable layer lives on its own size-limited file system.
+		d, err := k.disk.Create(ctx, req.ID, req.Resources.DiskBytes, 0)
+		if err != nil {
+			return info, fmt.Errorf("sandbox disk: %w", err)
+		}
+		b.mu.Lock()
+		b.info.DiskLimit = req.Resources.DiskBytes
+		b.mu.Unlock()
+		upper, work = d.Upper, d.Work
+	}
 	root := int(k.cfg.IDMap.HostID)
-	if err := os.Chown(p.upper(), root, root); err != nil {
+	if err := os.Chown(upper, root, root); err != nil {
 		return info, fmt.Errorf("sandbox dir: %w", err)
 	}
-	if err := os.Chmod(p.upper(), 0o755); err != nil {
+	if err := os.Chmod(upper, 0o755); err != nil {
 		return info, fmt.Errorf("sandbox dir: %w", err)
 	}
 	if err := os.Chmod(p.dir, 0o711); err != nil {
@@ -148,7 +180,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 		b.mu.Unlock()
 		lowers = append(lowers, view)
 	}
-	if err := rootfs.Overlay(p.rootfs(), p.upper(), p.work(), lowers); err != nil {
+	if err := rootfs.Overlay(p.rootfs(), upper, work, lowers); err != nil {
 		return info, err
 	}
 	b.mu.Lock()
@@ -198,7 +230,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 	}
 	go func() {
 		ws := <-exitCh
-		b.markExited(describeWait(ws, "init"))
+		k.exited(b, describeWait(ws, "init"))
 	}()
 	return info, nil
 }
@@ -227,22 +259,34 @@ func (k *Keeper) runtimeRun(ctx context.Context, id string, p boxPaths) (int, er
 // runtime runs the OCI runtime with extra fds from 3 on and returns its
 // combined output.
 func (k *Keeper) runtime(ctx context.Context, extra []uintptr, args ...string) (string, error) {
-	outf, err := os.CreateTemp(k.l.RunDir(), "runtime-*.out")
+	argv := append([]string{k.cfg.Runtime, "--root", filepath.Join(k.l.RunDir(), filepath.Base(k.cfg.Runtime))}, args...)
+	out, err := k.run(ctx, argv, extra)
+	msg := strings.TrimSpace(string(bytes.ToValidUTF8(out, nil)))
 	if err != nil {
-		return "", err
+		return msg, fmt.Errorf("%s %s: %w", filepath.Base(k.cfg.Runtime), args[0], err)
+	}
+	return msg, nil
+}
+
+// run runs a program as a child the reaper waits for (never os/exec: the
+// reaper would steal its exit) and returns its combined output; a failure
+// says how the program ended.
+func (k *Keeper) run(ctx context.Context, argv []string, extra []uintptr) ([]byte, error) {
+	outf, err := os.CreateTemp(k.l.RunDir(), "run-*.out")
+	if err != nil {
+		return nil, err
 	}
 	defer os.Remove(outf.Name())
 	defer outf.Close()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer devnull.Close()
-	argv := append([]string{k.cfg.Runtime, "--root", filepath.Join(k.l.RunDir(), filepath.Base(k.cfg.Runtime))}, args...)
 	files := append([]uintptr{devnull.Fd(), outf.Fd(), outf.Fd()}, extra...)
 	pid, ch, err := k.reaper.startProcess(argv, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, files, &syscall.SysProcAttr{}, "")
 	if err != nil {
-		return "", fmt.Errorf("run %s: %w", k.cfg.Runtime, err)
+		return nil, fmt.Errorf("run %s: %w", argv[0], err)
 	}
 	var ws syscall.WaitStatus
 	select {
@@ -251,12 +295,11 @@ func (k *Keeper) runtime(ctx context.Context, extra []uintptr, args ...string) (
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		ws = <-ch
 	}
-	b, _ := os.ReadFile(outf.Name())
-	msg := strings.TrimSpace(string(bytes.ToValidUTF8(b, nil)))
+	out, _ := os.ReadFile(outf.Name())
 	if ws.Exited() && ws.ExitStatus() == 0 {
-		return msg, nil
+		return out, nil
 	}
-	return msg, fmt.Errorf("%s %s: %s", filepath.Base(k.cfg.Runtime), args[0], describeWait(ws, "runtime"))
+	return out, errors.New(describeWait(ws, filepath.Base(argv[0])))
 }
 
 func describeWait(ws syscall.WaitStatus, what string) string {
@@ -337,6 +380,11 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 	for _, d := range layers {
 		k.layers.Release(d)
 	}
+	if k.disk != nil {
+		if err := k.disk.Remove(kctx, id); err != nil {
+			log.Warn("remove sandbox disk", "err", err)
+		}
+	}
 	if err := k.cg.Delete(kctx, id); err != nil {
 		log.Warn("remove sandbox cgroup", "err", err)
 	}
@@ -360,17 +408,21 @@ func (k *Keeper) list() []SandboxInfo {
 }
 
 func (k *Keeper) stats(id string) (Stats, error) {
-	if _, err := k.lookup(id); err != nil {
+	b, err := k.lookup(id)
+	if err != nil {
 		return Stats{}, err
 	}
 	s, err := k.cg.Stats(id)
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{
+	st := Stats{
 		MemoryBytes: s.MemoryBytes, MemoryLimit: s.MemoryLimit, CPUUsage: s.CPUUsage,
 		Pids: s.Pids, PidsLimit: s.PidsLimit, OOMKills: uint64(s.OOMKills),
-	}, nil
+		OutputLimit: k.cfg.OutputQuota, OutputBytes: k.cfg.OutputQuota - b.outputLeft.Load(),
+	}
+	st.DiskBytes, st.DiskLimit = k.diskUsage(id)
+	return st, nil
 }
 
 // shutdown optionally deletes every sandbox before the keeper exits.
@@ -395,4 +447,49 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// procsFiles lists the cgroup.procs files an exec joins: the groups the
+// cgroup manager made, and those the runtime added for the same path in the
+// other v1 hierarchies (devices, blkio, name=systemd), so that a command
+// sits in exactly the init's groups.
+func (k *Keeper) procsFiles(id string) ([]string, error) {
+	files, err := k.cg.ProcsFiles(id)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, f := range files {
+		if real, err := filepath.EvalSymlinks(f); err == nil {
+			seen[real] = true
+		}
+		seen[f] = true
+	}
+	more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", k.cfg.CgroupParent, id, "cgroup.procs"))
+	for _, f := range more {
+		real, err := filepath.EvalSymlinks(f)
+		if err != nil || seen[real] || seen[f] {
+			continue
+		}
+		seen[real] = true
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// diskUsage reports a sandbox's writable layer use and limit (0, 0 when
+// no disk limits are set up).
+func (k *Keeper) diskUsage(id string) (used, limit int64) {
+	if k.disk == nil {
+		return 0, 0
+	}
+	b, err := k.lookup(id)
+	if err != nil {
+		return 0, 0
+	}
+	used, _, err = k.disk.Usage(id)
+	if err != nil {
+		return 0, 0
+	}
+	return used, b.snapshot().DiskLimit
 }

@@ -65,6 +65,43 @@ func (k *Keeper) handler(stop func()) http.Handler {
 		}
 		reply(w, rec, err)
 	})
+	mux.HandleFunc("POST /v1/exec/stdin", func(w http.ResponseWriter, r *http.Request) {
+		var req StdinRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, nil, k.writeStdin(req.Sandbox, req.Exec, req.Data, req.Close))
+	})
+	mux.HandleFunc("POST /v1/exec/signal", func(w http.ResponseWriter, r *http.Request) {
+		var req SignalRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, nil, k.signal(req.Sandbox, req.Exec, req.Signal))
+	})
+	mux.HandleFunc("POST /v1/exec/resize", func(w http.ResponseWriter, r *http.Request) {
+		var req ResizeRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		reply(w, nil, k.resize(req.Sandbox, req.Exec, req.Rows, req.Cols))
+	})
+	mux.HandleFunc("GET /v1/exec/list", func(w http.ResponseWriter, r *http.Request) {
+		execs, err := k.listExecs(r.URL.Query().Get("sandbox"))
+		reply(w, execs, err)
+	})
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		timeout, err := time.ParseDuration(q.Get("timeout"))
+		if err != nil || timeout <= 0 || timeout > 5*time.Minute {
+			timeout = 30 * time.Second
+		}
+		evs, next := k.events.since(r.Context(), q.Get("cursor"), timeout)
+		reply(w, EventsReply{Events: evs, Cursor: next}, nil)
+	})
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		k.shutdown(context.WithoutCancel(r.Context()), r.URL.Query().Get("kill") == "1")
 		reply(w, nil, nil)

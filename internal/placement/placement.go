@@ -7,6 +7,7 @@
 package placement
 
 import (
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -131,4 +132,28 @@ func (p *Placer) recentMem(node string, now time.Time) int64 {
 		sum += r.mem
 	}
 	return sum
+}
+
+// Pinned returns the one node a keyed request goes to: the healthy node
+// with the backend that ranks first for key by rendezvous hashing, so that
+// every control-plane replica picks the same node for the same key while
+// the node set is unchanged.
+func Pinned(nodes []Node, backend, key string) []string {
+	best, bestScore := "", uint64(0)
+	for _, n := range nodes {
+		if !n.Healthy || !slices.Contains(n.Backends, backend) {
+			continue
+		}
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		h.Write([]byte{0})
+		h.Write([]byte(n.Name))
+		if score := h.Sum64(); best == "" || score > bestScore {
+			best, bestScore = n.Name, score
+		}
+	}
+	if best == "" {
+		return nil
+	}
+	return []string{best}
 }

@@ -50,3 +50,28 @@ func TestRecentPlacementsCount(t *testing.T) {
 		t.Errorf("Order after 100 of 100 placed = %v, want none", got)
 	}
 }
+
+func TestPinnedIsStable(t *testing.T) {
+	nodes := []Node{
+		{Name: "a", Backends: []string{"container"}, Healthy: true},
+		{Name: "b", Backends: []string{"container"}, Healthy: true},
+		{Name: "c", Backends: []string{"container"}, Healthy: true},
+	}
+	seen := map[string]bool{}
+	for i := range 50 {
+		key := string(rune('a'+i%26)) + string(rune('0'+i/26))
+		first := Pinned(nodes, "container", key)
+		// The same key picks the same node whatever the order of nodes.
+		rev := []Node{nodes[2], nodes[0], nodes[1]}
+		if got := Pinned(rev, "container", key); len(got) != 1 || got[0] != first[0] {
+			t.Fatalf("Pinned(%q) = %v then %v", key, first, got)
+		}
+		seen[first[0]] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("50 keys all pinned to %v, want them spread", seen)
+	}
+	if got := Pinned(nodes, "microvm", "k"); got != nil {
+		t.Errorf("Pinned for a backend no node has = %v, want none", got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,7 +30,9 @@ import (
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/edgeclient"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/metrics"
 	"github.com/dsecproject/dsec/internal/placement"
+	"github.com/dsecproject/dsec/internal/purge"
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/watcher"
 )
@@ -47,8 +50,10 @@ type Config struct {
 	Self string
 	// CgroupParent is the cgroup holding every sandbox (default "dsec").
 	CgroupParent string
-	IDMap        rootfs.IDMap
-	Defaults     edge.Defaults
+	// DiskQuota is how writable layers are limited (keeper.Config).
+	DiskQuota string
+	IDMap     rootfs.IDMap
+	Defaults  edge.Defaults
 	// MemoryOvercommit (default 4) and MemoryReserve (default 512 MiB) are
 	// the edge's admission settings.
 	MemoryOvercommit float64
@@ -102,6 +107,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer ln.Close()
 
+	// Tell `dsec purge` what this node uses.
+	rc := purge.RunConfig{CgroupParent: cfg.CgroupParent, UpPid: os.Getpid()}
+	if rc.CgroupParent == "" {
+		rc.CgroupParent = "dsec"
+	}
+	if b, err := json.Marshal(rc); err == nil {
+		_ = os.WriteFile(purge.RunConfigPath(cfg.StateDir), b, 0o600)
+	}
+
 	etcd, err := cluster.StartEmbedded(ctx, cluster.EmbedConfig{Dir: filepath.Join(cfg.StateDir, "etcd"), Logger: log})
 	if err != nil {
 		return err
@@ -118,15 +132,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	be, err := container.New(ctx, container.Config{
 		StateDir: cfg.StateDir, Runtime: cfg.Runtime, Self: cfg.Self, IDMap: cfg.IDMap,
-		CgroupParent: cfg.CgroupParent,
-		Version:      cfg.Version, Logger: log,
+		CgroupParent: cfg.CgroupParent, DiskQuota: cfg.DiskQuota,
+		Version: cfg.Version, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
 	defer be.Close()
+	mets := metrics.New()
 	ed, err := edge.New(ctx, edge.Config{
-		Node: cfg.Node, StateDir: cfg.StateDir,
+		Metrics: mets,
+		Node:    cfg.Node, StateDir: cfg.StateDir,
 		Backends:       map[string]sandbox.Backend{container.Name: be},
 		DefaultBackend: container.Name,
 		Images:         &Images{Cluster: store, Blobs: blobs},
@@ -177,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	api := apiserver.New(apiserver.Config{
 		Cluster: store, Blobs: blobs, Watcher: w, Pool: pool,
 		Placer: placement.New(placement.Config{}), DefaultBackend: container.Name,
-		Ready: ready.Load, Logger: log,
+		Ready: ready.Load, Logger: log, Metrics: mets,
 	})
 	srv := &http.Server{Handler: api.Handler(), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
 	srvDone := make(chan error, 1)

@@ -49,14 +49,65 @@ type Backend interface {
 	// offset, also while the command still writes it.
 	OpenOutput(ctx context.Context, id, execID string, s Stream) (Output, error)
 
+	// WriteStdin writes to a running exec's stdin and optionally closes it.
+	WriteStdin(ctx context.Context, id, execID string, data []byte, close bool) error
+	// Signal sends sig to an exec's process group.
+	Signal(ctx context.Context, id, execID string, sig int) error
+	// ResizeTTY sets a TTY exec's window size.
+	ResizeTTY(ctx context.Context, id, execID string, rows, cols uint16) error
+	// ListExecs returns the sandbox's command journal, oldest first.
+	ListExecs(ctx context.Context, id string) ([]ExecInfo, error)
+	// Stats reports the sandbox's resource use.
+	Stats(ctx context.Context, id string) (Stats, error)
+
 	// ReadFile opens a regular file in the sandbox.
 	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, FileInfo, error)
 	// WriteFile writes a regular file in the sandbox from r, replacing it.
 	WriteFile(ctx context.Context, id, path string, opts WriteOptions, r io.Reader) (FileInfo, error)
 
+	// Stat describes a file, following symlinks inside the sandbox.
+	Stat(ctx context.Context, id, path string) (FileInfo, error)
+	// ReadDir lists a directory, at most limit entries (0: the backend's
+	// maximum); truncated says more were left out.
+	ReadDir(ctx context.Context, id, path string, limit int) (entries []FileInfo, truncated bool, err error)
+	// Mkdir makes a directory owned by uid:gid (ids inside the sandbox).
+	Mkdir(ctx context.Context, id, path string, mode fs.FileMode, parents bool, uid, gid uint32) (FileInfo, error)
+	// Remove removes a file, or a directory tree with recursive.
+	Remove(ctx context.Context, id, path string, recursive bool) error
+	// Rename renames from to to; without overwrite an existing to is an
+	// AlreadyExists error.
+	Rename(ctx context.Context, id, from, to string, overwrite bool) error
+	// DownloadTar writes the tree at path as a tar archive to w.
+	DownloadTar(ctx context.Context, id, path string, w io.Writer) error
+	// UploadTar extracts a tar archive into the directory dir; a bad
+	// archive is refused before anything is written.
+	UploadTar(ctx context.Context, id, dir string, r io.Reader, opts TarOptions) (TarStats, error)
+
 	// Close releases what the backend holds in this process; sandboxes keep
 	// running.
 	Close() error
+}
+
+// EventSource is the optional capability of reporting events (init exits,
+// OOM kills) as they happen. Events blocks until there are events after
+// cursor (or ctx ends) and returns them with the next cursor; a cursor
+// from an earlier incarnation of the backend's node process restarts the
+// stream.
+type EventSource interface {
+	Events(ctx context.Context, cursor string) ([]Event, string, error)
+}
+
+// TarOptions say how UploadTar creates files.
+type TarOptions struct {
+	// MakeParents creates a missing destination directory.
+	MakeParents bool
+	// UID and GID own everything extracted, as seen inside the sandbox.
+	UID, GID uint32
+}
+
+// TarStats counts what a tar transfer moved.
+type TarStats struct {
+	Files, Dirs, Links, Bytes, Skipped int64
 }
 
 // Capabilities are the optional behaviours of a backend; the conformance
@@ -64,7 +115,9 @@ type Backend interface {
 type Capabilities struct {
 	MemoryLimit bool // a memory limit is enforced and OOM kills are reported
 	PidsLimit   bool // a limit on processes is enforced
+	DiskLimit   bool // the writable layer's size is enforced
 	Restart     bool // sandboxes survive a restart of the edge process
+	TTY         bool // execs can run on a terminal
 }
 
 // Layer is one read-only layer of a sandbox's root file system.
@@ -148,8 +201,14 @@ type ExecSpec struct {
 	// Groups are supplementary groups.
 	Groups []uint32
 	// Stdin is written to the command's standard input, which is then
-	// closed. Nil gives an empty stdin.
+	// closed unless StdinOpen. Nil gives an empty stdin.
 	Stdin []byte
+	// StdinOpen keeps stdin open for WriteStdin.
+	StdinOpen bool
+	// TTY runs the command on a terminal (stdin always open; the output is
+	// one stream, Stdout); Rows and Cols are its size (default 24x80).
+	TTY        bool
+	Rows, Cols uint16
 	// Timeout kills the command's process group; zero means none.
 	Timeout time.Duration
 	// OutputLimit caps each output stream; zero means the backend's default.
@@ -166,7 +225,54 @@ type ExitStatus struct {
 	OOMKilled       bool
 	StdoutTruncated bool
 	StderrTruncated bool
-	Started, Ended  time.Time
+	// Lost: the end was not observed (the node keeper restarted while the
+	// command ran).
+	Lost           bool
+	Started, Ended time.Time
+}
+
+// ExecInfo is one entry of a sandbox's command journal.
+type ExecInfo struct {
+	ID      string
+	Argv    []string
+	TTY     bool
+	Started time.Time
+	Running bool
+	// Exit is set once the command has ended.
+	Exit        *ExitStatus
+	StdoutBytes int64
+	StderrBytes int64
+}
+
+// Stats is what a sandbox uses.
+type Stats struct {
+	CPUUsage    time.Duration
+	MemoryBytes int64
+	MemoryLimit int64
+	Pids        int64
+	PidsLimit   int64
+	DiskBytes   int64
+	DiskLimit   int64
+	OOMKills    int64
+	OutputBytes int64
+	OutputLimit int64
+}
+
+// EventType says what happened to a sandbox, as a backend observes it.
+type EventType string
+
+// The events backends report.
+const (
+	EventExited EventType = "exited" // its init ended
+	EventOOM    EventType = "oom"    // the kernel killed one of its processes for memory
+)
+
+// Event is a change a backend observed.
+type Event struct {
+	Sandbox string
+	Type    EventType
+	Reason  string
+	Time    time.Time
 }
 
 // Output is one exec output stream.
@@ -179,12 +285,16 @@ type Output interface {
 
 // FileInfo describes a file in a sandbox, owners as seen inside it.
 type FileInfo struct {
-	Path    string
-	Size    int64
-	Mode    fs.FileMode
-	ModTime time.Time
-	UID     uint32
-	GID     uint32
+	Path string
+	// Name is the base name (in directory listings).
+	Name string
+	// LinkTarget is a symlink's target.
+	LinkTarget string
+	Size       int64
+	Mode       fs.FileMode
+	ModTime    time.Time
+	UID        uint32
+	GID        uint32
 }
 
 // WriteOptions say how WriteFile creates a file.

@@ -139,6 +139,73 @@ func (Stream) EnumDescriptor() ([]byte, []int) {
 	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
 }
 
+type EventType int32
+
+const (
+	EventType_EVENT_TYPE_UNSPECIFIED EventType = 0
+	EventType_EVENT_TYPE_CREATED     EventType = 1
+	// Its init ended; the sandbox stays until deleted.
+	EventType_EVENT_TYPE_EXITED EventType = 2
+	// The kernel killed a process of the sandbox for memory.
+	EventType_EVENT_TYPE_OOM EventType = 3
+	// Deleted by its hard or idle TTL.
+	EventType_EVENT_TYPE_TTL_EXPIRED EventType = 4
+	EventType_EVENT_TYPE_FAILED      EventType = 5
+	EventType_EVENT_TYPE_DELETED     EventType = 6
+	EventType_EVENT_TYPE_UPDATED     EventType = 7
+)
+
+// Enum value maps for EventType.
+var (
+	EventType_name = map[int32]string{
+		0: "EVENT_TYPE_UNSPECIFIED",
+		1: "EVENT_TYPE_CREATED",
+		2: "EVENT_TYPE_EXITED",
+		3: "EVENT_TYPE_OOM",
+		4: "EVENT_TYPE_TTL_EXPIRED",
+		5: "EVENT_TYPE_FAILED",
+		6: "EVENT_TYPE_DELETED",
+		7: "EVENT_TYPE_UPDATED",
+	}
+	EventType_value = map[string]int32{
+		"EVENT_TYPE_UNSPECIFIED": 0,
+		"EVENT_TYPE_CREATED":     1,
+		"EVENT_TYPE_EXITED":      2,
+		"EVENT_TYPE_OOM":         3,
+		"EVENT_TYPE_TTL_EXPIRED": 4,
+		"EVENT_TYPE_FAILED":      5,
+		"EVENT_TYPE_DELETED":     6,
+		"EVENT_TYPE_UPDATED":     7,
+	}
+)
+
+func (x EventType) Enum() *EventType {
+	p := new(EventType)
+	*p = x
+	return p
+}
+
+func (x EventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsec_sandbox_v1_sandbox_proto_enumTypes[2].Descriptor()
+}
+
+func (EventType) Type() protoreflect.EnumType {
+	return &file_dsec_sandbox_v1_sandbox_proto_enumTypes[2]
+}
+
+func (x EventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EventType.Descriptor instead.
+func (EventType) EnumDescriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
 // Resources a sandbox may use. Zero fields take the server's defaults
 // (CONTRACT.md: 512 MiB, 1 CPU, 4096 pids, 10 GiB disk).
 type Resources struct {
@@ -827,7 +894,20 @@ type ExecRequest struct {
 	// Bytes written to the command's stdin, which is then closed.
 	Stdin []byte `protobuf:"bytes,7,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	// Kill the command's process group after this long (default: none).
-	Timeout       *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Keep stdin open after the stdin bytes for WriteStdin (a TTY exec's
+	// stdin is always open).
+	StdinOpen bool `protobuf:"varint,9,opt,name=stdin_open,json=stdinOpen,proto3" json:"stdin_open,omitempty"`
+	// Run the command on a terminal; its output is one stream (stdout).
+	Tty bool `protobuf:"varint,10,opt,name=tty,proto3" json:"tty,omitempty"`
+	// Initial window size of a TTY exec (default 24x80).
+	Rows uint32 `protobuf:"varint,11,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols uint32 `protobuf:"varint,12,opt,name=cols,proto3" json:"cols,omitempty"`
+	// Cap of each output stream in bytes (default 16 MiB).
+	OutputLimit int64 `protobuf:"varint,13,opt,name=output_limit,json=outputLimit,proto3" json:"output_limit,omitempty"`
+	// Return right after the started event; the command runs on and can be
+	// attached to by its exec ID.
+	Detach        bool `protobuf:"varint,14,opt,name=detach,proto3" json:"detach,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -916,6 +996,48 @@ func (x *ExecRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *ExecRequest) GetStdinOpen() bool {
+	if x != nil {
+		return x.StdinOpen
+	}
+	return false
+}
+
+func (x *ExecRequest) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecRequest) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ExecRequest) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *ExecRequest) GetOutputLimit() int64 {
+	if x != nil {
+		return x.OutputLimit
+	}
+	return 0
+}
+
+func (x *ExecRequest) GetDetach() bool {
+	if x != nil {
+		return x.Detach
+	}
+	return false
 }
 
 type ExecStarted struct {
@@ -1034,8 +1156,11 @@ type ExecExit struct {
 	StdoutTruncated bool                 `protobuf:"varint,5,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
 	StderrTruncated bool                 `protobuf:"varint,6,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
 	Duration        *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The command's end was not observed (its node keeper restarted while it
+	// ran); it may have ended any way.
+	Lost          bool `protobuf:"varint,8,opt,name=lost,proto3" json:"lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecExit) Reset() {
@@ -1115,6 +1240,13 @@ func (x *ExecExit) GetDuration() *durationpb.Duration {
 		return x.Duration
 	}
 	return nil
+}
+
+func (x *ExecExit) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
 }
 
 type Keepalive struct {
@@ -1268,14 +1400,20 @@ func (*ExecResponse_Exit) isExecResponse_Event() {}
 func (*ExecResponse_Keepalive) isExecResponse_Event() {}
 
 type FileInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	ModTime       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=mod_time,json=modTime,proto3" json:"mod_time,omitempty"`
-	IsDir         bool                   `protobuf:"varint,5,opt,name=is_dir,json=isDir,proto3" json:"is_dir,omitempty"`
-	Uid           uint32                 `protobuf:"varint,6,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,7,opt,name=gid,proto3" json:"gid,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Path    string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Size    int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Mode    uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	ModTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=mod_time,json=modTime,proto3" json:"mod_time,omitempty"`
+	IsDir   bool                   `protobuf:"varint,5,opt,name=is_dir,json=isDir,proto3" json:"is_dir,omitempty"`
+	Uid     uint32                 `protobuf:"varint,6,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid     uint32                 `protobuf:"varint,7,opt,name=gid,proto3" json:"gid,omitempty"`
+	// Base name (set in directory listings).
+	Name string `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
+	// "file", "dir", "symlink", "fifo", "socket", "device".
+	Type string `protobuf:"bytes,9,opt,name=type,proto3" json:"type,omitempty"`
+	// Target of a symlink.
+	LinkTarget    string `protobuf:"bytes,10,opt,name=link_target,json=linkTarget,proto3" json:"link_target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1357,6 +1495,27 @@ func (x *FileInfo) GetGid() uint32 {
 		return x.Gid
 	}
 	return 0
+}
+
+func (x *FileInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FileInfo) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *FileInfo) GetLinkTarget() string {
+	if x != nil {
+		return x.LinkTarget
+	}
+	return ""
 }
 
 type ReadFileRequest struct {
@@ -1686,6 +1845,2219 @@ func (x *WriteFileResponse) GetInfo() *FileInfo {
 	return nil
 }
 
+type BatchCreateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The template; its idempotency_key K keys item i as K/i.
+	Template *CreateRequest `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// How many sandboxes (1 to 1000).
+	Count         int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCreateRequest) Reset() {
+	*x = BatchCreateRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCreateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCreateRequest) ProtoMessage() {}
+
+func (x *BatchCreateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCreateRequest.ProtoReflect.Descriptor instead.
+func (*BatchCreateRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *BatchCreateRequest) GetTemplate() *CreateRequest {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *BatchCreateRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type ItemError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The error kind's code name ("resource_exhausted", "not_found", ...).
+	Code          string               `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string               `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemError) Reset() {
+	*x = ItemError{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemError) ProtoMessage() {}
+
+func (x *ItemError) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
+func (*ItemError) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ItemError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *ItemError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ItemError) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+type BatchCreateResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Sandbox       *Sandbox               `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Error         *ItemError             `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCreateResult) Reset() {
+	*x = BatchCreateResult{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCreateResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCreateResult) ProtoMessage() {}
+
+func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCreateResult.ProtoReflect.Descriptor instead.
+func (*BatchCreateResult) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *BatchCreateResult) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BatchCreateResult) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+func (x *BatchCreateResult) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type BatchCreateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per item, in index order.
+	Results       []*BatchCreateResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCreateResponse) Reset() {
+	*x = BatchCreateResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCreateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCreateResponse) ProtoMessage() {}
+
+func (x *BatchCreateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCreateResponse.ProtoReflect.Descriptor instead.
+func (*BatchCreateResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *BatchCreateResponse) GetResults() []*BatchCreateResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type SetTimeoutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// New hard TTL counted from now; unset keeps it.
+	Ttl *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// New idle TTL; unset keeps it.
+	IdleTtl       *durationpb.Duration `protobuf:"bytes,3,opt,name=idle_ttl,json=idleTtl,proto3" json:"idle_ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTimeoutRequest) Reset() {
+	*x = SetTimeoutRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTimeoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTimeoutRequest) ProtoMessage() {}
+
+func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTimeoutRequest.ProtoReflect.Descriptor instead.
+func (*SetTimeoutRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SetTimeoutRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetTimeoutRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *SetTimeoutRequest) GetIdleTtl() *durationpb.Duration {
+	if x != nil {
+		return x.IdleTtl
+	}
+	return nil
+}
+
+type SetTimeoutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTimeoutResponse) Reset() {
+	*x = SetTimeoutResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTimeoutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTimeoutResponse) ProtoMessage() {}
+
+func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTimeoutResponse.ProtoReflect.Descriptor instead.
+func (*SetTimeoutResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SetTimeoutResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+type UpdateLabelsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Set           map[string]string      `protobuf:"bytes,2,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Remove        []string               `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateLabelsRequest) Reset() {
+	*x = UpdateLabelsRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateLabelsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateLabelsRequest) ProtoMessage() {}
+
+func (x *UpdateLabelsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateLabelsRequest.ProtoReflect.Descriptor instead.
+func (*UpdateLabelsRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *UpdateLabelsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *UpdateLabelsRequest) GetSet() map[string]string {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *UpdateLabelsRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+type UpdateLabelsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateLabelsResponse) Reset() {
+	*x = UpdateLabelsResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateLabelsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateLabelsResponse) ProtoMessage() {}
+
+func (x *UpdateLabelsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateLabelsResponse.ProtoReflect.Descriptor instead.
+func (*UpdateLabelsResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *UpdateLabelsResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+type WatchRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Selector map[string]string      `protobuf:"bytes,1,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Also send a created event for every sandbox that exists when the
+	// watch starts.
+	Initial       bool `protobuf:"varint,2,opt,name=initial,proto3" json:"initial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetInitial() bool {
+	if x != nil {
+		return x.Initial
+	}
+	return false
+}
+
+type Event struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          EventType              `protobuf:"varint,1,opt,name=type,proto3,enum=dsec.sandbox.v1.EventType" json:"type,omitempty"`
+	Sandbox       *Sandbox               `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Event) GetType() EventType {
+	if x != nil {
+		return x.Type
+	}
+	return EventType_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *Event) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+func (x *Event) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Event) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+type WatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*WatchResponse_Event
+	//	*WatchResponse_Keepalive
+	Msg           isWatchResponse_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *WatchResponse) GetMsg() isWatchResponse_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetEvent() *Event {
+	if x != nil {
+		if x, ok := x.Msg.(*WatchResponse_Event); ok {
+			return x.Event
+		}
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetKeepalive() *Keepalive {
+	if x != nil {
+		if x, ok := x.Msg.(*WatchResponse_Keepalive); ok {
+			return x.Keepalive
+		}
+	}
+	return nil
+}
+
+type isWatchResponse_Msg interface {
+	isWatchResponse_Msg()
+}
+
+type WatchResponse_Event struct {
+	Event *Event `protobuf:"bytes,1,opt,name=event,proto3,oneof"`
+}
+
+type WatchResponse_Keepalive struct {
+	Keepalive *Keepalive `protobuf:"bytes,2,opt,name=keepalive,proto3,oneof"`
+}
+
+func (*WatchResponse_Event) isWatchResponse_Msg() {}
+
+func (*WatchResponse_Keepalive) isWatchResponse_Msg() {}
+
+type StatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsRequest) Reset() {
+	*x = StatsRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsRequest) ProtoMessage() {}
+
+func (x *StatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
+func (*StatsRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *StatsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type StatsResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	CpuUsage    *durationpb.Duration   `protobuf:"bytes,1,opt,name=cpu_usage,json=cpuUsage,proto3" json:"cpu_usage,omitempty"`
+	CpusLimit   float64                `protobuf:"fixed64,2,opt,name=cpus_limit,json=cpusLimit,proto3" json:"cpus_limit,omitempty"`
+	MemoryBytes int64                  `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	MemoryLimit int64                  `protobuf:"varint,4,opt,name=memory_limit,json=memoryLimit,proto3" json:"memory_limit,omitempty"`
+	Pids        int64                  `protobuf:"varint,5,opt,name=pids,proto3" json:"pids,omitempty"`
+	PidsLimit   int64                  `protobuf:"varint,6,opt,name=pids_limit,json=pidsLimit,proto3" json:"pids_limit,omitempty"`
+	DiskBytes   int64                  `protobuf:"varint,7,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	DiskLimit   int64                  `protobuf:"varint,8,opt,name=disk_limit,json=diskLimit,proto3" json:"disk_limit,omitempty"`
+	OomKills    int64                  `protobuf:"varint,9,opt,name=oom_kills,json=oomKills,proto3" json:"oom_kills,omitempty"`
+	// Bytes of exec output kept for the sandbox, and the cap.
+	OutputBytes   int64 `protobuf:"varint,10,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	OutputLimit   int64 `protobuf:"varint,11,opt,name=output_limit,json=outputLimit,proto3" json:"output_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsResponse) Reset() {
+	*x = StatsResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsResponse) ProtoMessage() {}
+
+func (x *StatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
+func (*StatsResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *StatsResponse) GetCpuUsage() *durationpb.Duration {
+	if x != nil {
+		return x.CpuUsage
+	}
+	return nil
+}
+
+func (x *StatsResponse) GetCpusLimit() float64 {
+	if x != nil {
+		return x.CpusLimit
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetMemoryLimit() int64 {
+	if x != nil {
+		return x.MemoryLimit
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetPids() int64 {
+	if x != nil {
+		return x.Pids
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetPidsLimit() int64 {
+	if x != nil {
+		return x.PidsLimit
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetDiskBytes() int64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetDiskLimit() int64 {
+	if x != nil {
+		return x.DiskLimit
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetOomKills() int64 {
+	if x != nil {
+		return x.OomKills
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetOutputBytes() int64 {
+	if x != nil {
+		return x.OutputBytes
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetOutputLimit() int64 {
+	if x != nil {
+		return x.OutputLimit
+	}
+	return 0
+}
+
+type AttachRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	ExecId        string                 `protobuf:"bytes,2,opt,name=exec_id,json=execId,proto3" json:"exec_id,omitempty"`
+	StdoutOffset  int64                  `protobuf:"varint,3,opt,name=stdout_offset,json=stdoutOffset,proto3" json:"stdout_offset,omitempty"`
+	StderrOffset  int64                  `protobuf:"varint,4,opt,name=stderr_offset,json=stderrOffset,proto3" json:"stderr_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachRequest) Reset() {
+	*x = AttachRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachRequest) ProtoMessage() {}
+
+func (x *AttachRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
+func (*AttachRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *AttachRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *AttachRequest) GetExecId() string {
+	if x != nil {
+		return x.ExecId
+	}
+	return ""
+}
+
+func (x *AttachRequest) GetStdoutOffset() int64 {
+	if x != nil {
+		return x.StdoutOffset
+	}
+	return 0
+}
+
+func (x *AttachRequest) GetStderrOffset() int64 {
+	if x != nil {
+		return x.StderrOffset
+	}
+	return 0
+}
+
+type WriteStdinRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	ExecId    string                 `protobuf:"bytes,2,opt,name=exec_id,json=execId,proto3" json:"exec_id,omitempty"`
+	Data      []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// Close stdin after data.
+	Close         bool `protobuf:"varint,4,opt,name=close,proto3" json:"close,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStdinRequest) Reset() {
+	*x = WriteStdinRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStdinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStdinRequest) ProtoMessage() {}
+
+func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
+func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *WriteStdinRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *WriteStdinRequest) GetExecId() string {
+	if x != nil {
+		return x.ExecId
+	}
+	return ""
+}
+
+func (x *WriteStdinRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *WriteStdinRequest) GetClose() bool {
+	if x != nil {
+		return x.Close
+	}
+	return false
+}
+
+type WriteStdinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStdinResponse) Reset() {
+	*x = WriteStdinResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStdinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStdinResponse) ProtoMessage() {}
+
+func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
+func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+}
+
+type SignalRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	ExecId    string                 `protobuf:"bytes,2,opt,name=exec_id,json=execId,proto3" json:"exec_id,omitempty"`
+	// Signal number (default 15, SIGTERM).
+	Signal        int32 `protobuf:"varint,3,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalRequest) Reset() {
+	*x = SignalRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalRequest) ProtoMessage() {}
+
+func (x *SignalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
+func (*SignalRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *SignalRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SignalRequest) GetExecId() string {
+	if x != nil {
+		return x.ExecId
+	}
+	return ""
+}
+
+func (x *SignalRequest) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
+type SignalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalResponse) Reset() {
+	*x = SignalResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalResponse) ProtoMessage() {}
+
+func (x *SignalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
+func (*SignalResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+}
+
+type ResizeTTYRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	ExecId        string                 `protobuf:"bytes,2,opt,name=exec_id,json=execId,proto3" json:"exec_id,omitempty"`
+	Rows          uint32                 `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,4,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeTTYRequest) Reset() {
+	*x = ResizeTTYRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeTTYRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeTTYRequest) ProtoMessage() {}
+
+func (x *ResizeTTYRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeTTYRequest.ProtoReflect.Descriptor instead.
+func (*ResizeTTYRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ResizeTTYRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ResizeTTYRequest) GetExecId() string {
+	if x != nil {
+		return x.ExecId
+	}
+	return ""
+}
+
+func (x *ResizeTTYRequest) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ResizeTTYRequest) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type ResizeTTYResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeTTYResponse) Reset() {
+	*x = ResizeTTYResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeTTYResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeTTYResponse) ProtoMessage() {}
+
+func (x *ResizeTTYResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeTTYResponse.ProtoReflect.Descriptor instead.
+func (*ResizeTTYResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+}
+
+type ListExecsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExecsRequest) Reset() {
+	*x = ListExecsRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExecsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExecsRequest) ProtoMessage() {}
+
+func (x *ListExecsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExecsRequest.ProtoReflect.Descriptor instead.
+func (*ListExecsRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListExecsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+type ExecInfo struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ExecId    string                 `protobuf:"bytes,1,opt,name=exec_id,json=execId,proto3" json:"exec_id,omitempty"`
+	Argv      []string               `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
+	Tty       bool                   `protobuf:"varint,3,opt,name=tty,proto3" json:"tty,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Running   bool                   `protobuf:"varint,5,opt,name=running,proto3" json:"running,omitempty"`
+	// Set once it has ended.
+	Exit          *ExecExit `protobuf:"bytes,6,opt,name=exit,proto3" json:"exit,omitempty"`
+	StdoutBytes   int64     `protobuf:"varint,7,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
+	StderrBytes   int64     `protobuf:"varint,8,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecInfo) Reset() {
+	*x = ExecInfo{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecInfo) ProtoMessage() {}
+
+func (x *ExecInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecInfo.ProtoReflect.Descriptor instead.
+func (*ExecInfo) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ExecInfo) GetExecId() string {
+	if x != nil {
+		return x.ExecId
+	}
+	return ""
+}
+
+func (x *ExecInfo) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *ExecInfo) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecInfo) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *ExecInfo) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
+func (x *ExecInfo) GetExit() *ExecExit {
+	if x != nil {
+		return x.Exit
+	}
+	return nil
+}
+
+func (x *ExecInfo) GetStdoutBytes() int64 {
+	if x != nil {
+		return x.StdoutBytes
+	}
+	return 0
+}
+
+func (x *ExecInfo) GetStderrBytes() int64 {
+	if x != nil {
+		return x.StderrBytes
+	}
+	return 0
+}
+
+type ListExecsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Execs         []*ExecInfo            `protobuf:"bytes,1,rep,name=execs,proto3" json:"execs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExecsResponse) Reset() {
+	*x = ListExecsResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExecsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExecsResponse) ProtoMessage() {}
+
+func (x *ListExecsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExecsResponse.ProtoReflect.Descriptor instead.
+func (*ListExecsResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListExecsResponse) GetExecs() []*ExecInfo {
+	if x != nil {
+		return x.Execs
+	}
+	return nil
+}
+
+type StatRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatRequest) Reset() {
+	*x = StatRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatRequest) ProtoMessage() {}
+
+func (x *StatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
+func (*StatRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *StatRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *StatRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type StatResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Info          *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatResponse) Reset() {
+	*x = StatResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatResponse) ProtoMessage() {}
+
+func (x *StatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
+func (*StatResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *StatResponse) GetInfo() *FileInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+type ListDirRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Path      string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// At most this many entries (default and maximum 10000).
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDirRequest) Reset() {
+	*x = ListDirRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDirRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDirRequest) ProtoMessage() {}
+
+func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDirRequest.ProtoReflect.Descriptor instead.
+func (*ListDirRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListDirRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ListDirRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ListDirRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListDirResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*FileInfo            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	Truncated     bool                   `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDirResponse) Reset() {
+	*x = ListDirResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDirResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDirResponse) ProtoMessage() {}
+
+func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDirResponse.ProtoReflect.Descriptor instead.
+func (*ListDirResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ListDirResponse) GetEntries() []*FileInfo {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListDirResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type MakeDirRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Path      string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Permission bits (default 0755).
+	Mode    uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Parents bool   `protobuf:"varint,4,opt,name=parents,proto3" json:"parents,omitempty"`
+	// Owner as seen in the sandbox (default root).
+	User          string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeDirRequest) Reset() {
+	*x = MakeDirRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeDirRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeDirRequest) ProtoMessage() {}
+
+func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeDirRequest.ProtoReflect.Descriptor instead.
+func (*MakeDirRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *MakeDirRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *MakeDirRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *MakeDirRequest) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *MakeDirRequest) GetParents() bool {
+	if x != nil {
+		return x.Parents
+	}
+	return false
+}
+
+func (x *MakeDirRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+type MakeDirResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Info          *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeDirResponse) Reset() {
+	*x = MakeDirResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeDirResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeDirResponse) ProtoMessage() {}
+
+func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeDirResponse.ProtoReflect.Descriptor instead.
+func (*MakeDirResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *MakeDirResponse) GetInfo() *FileInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+type RemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Recursive     bool                   `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveRequest) Reset() {
+	*x = RemoveRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveRequest) ProtoMessage() {}
+
+func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
+func (*RemoveRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RemoveRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *RemoveRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RemoveRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+type RemoveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveResponse) Reset() {
+	*x = RemoveResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveResponse) ProtoMessage() {}
+
+func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
+func (*RemoveResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+}
+
+type RenameRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	Overwrite     bool                   `protobuf:"varint,4,opt,name=overwrite,proto3" json:"overwrite,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameRequest) Reset() {
+	*x = RenameRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameRequest) ProtoMessage() {}
+
+func (x *RenameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
+func (*RenameRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *RenameRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetOverwrite() bool {
+	if x != nil {
+		return x.Overwrite
+	}
+	return false
+}
+
+type RenameResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameResponse) Reset() {
+	*x = RenameResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameResponse) ProtoMessage() {}
+
+func (x *RenameResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
+func (*RenameResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+}
+
+type DownloadTarRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadTarRequest) Reset() {
+	*x = DownloadTarRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadTarRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadTarRequest) ProtoMessage() {}
+
+func (x *DownloadTarRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadTarRequest.ProtoReflect.Descriptor instead.
+func (*DownloadTarRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *DownloadTarRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *DownloadTarRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type DownloadTarResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadTarResponse) Reset() {
+	*x = DownloadTarResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadTarResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadTarResponse) ProtoMessage() {}
+
+func (x *DownloadTarResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadTarResponse.ProtoReflect.Descriptor instead.
+func (*DownloadTarResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *DownloadTarResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type UploadTarHeader struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// Directory to extract into.
+	Path        string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	MakeParents bool   `protobuf:"varint,3,opt,name=make_parents,json=makeParents,proto3" json:"make_parents,omitempty"`
+	// Owner of everything extracted, as seen in the sandbox (default root).
+	User          string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadTarHeader) Reset() {
+	*x = UploadTarHeader{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadTarHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadTarHeader) ProtoMessage() {}
+
+func (x *UploadTarHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadTarHeader.ProtoReflect.Descriptor instead.
+func (*UploadTarHeader) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *UploadTarHeader) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *UploadTarHeader) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadTarHeader) GetMakeParents() bool {
+	if x != nil {
+		return x.MakeParents
+	}
+	return false
+}
+
+func (x *UploadTarHeader) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+type UploadTarRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*UploadTarRequest_Header
+	//	*UploadTarRequest_Data
+	Msg           isUploadTarRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadTarRequest) Reset() {
+	*x = UploadTarRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadTarRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadTarRequest) ProtoMessage() {}
+
+func (x *UploadTarRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadTarRequest.ProtoReflect.Descriptor instead.
+func (*UploadTarRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *UploadTarRequest) GetMsg() isUploadTarRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *UploadTarRequest) GetHeader() *UploadTarHeader {
+	if x != nil {
+		if x, ok := x.Msg.(*UploadTarRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *UploadTarRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*UploadTarRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isUploadTarRequest_Msg interface {
+	isUploadTarRequest_Msg()
+}
+
+type UploadTarRequest_Header struct {
+	Header *UploadTarHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type UploadTarRequest_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*UploadTarRequest_Header) isUploadTarRequest_Msg() {}
+
+func (*UploadTarRequest_Data) isUploadTarRequest_Msg() {}
+
+type UploadTarResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Files         int64                  `protobuf:"varint,1,opt,name=files,proto3" json:"files,omitempty"`
+	Dirs          int64                  `protobuf:"varint,2,opt,name=dirs,proto3" json:"dirs,omitempty"`
+	Links         int64                  `protobuf:"varint,3,opt,name=links,proto3" json:"links,omitempty"`
+	Bytes         int64                  `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadTarResponse) Reset() {
+	*x = UploadTarResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadTarResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadTarResponse) ProtoMessage() {}
+
+func (x *UploadTarResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadTarResponse.ProtoReflect.Descriptor instead.
+func (*UploadTarResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *UploadTarResponse) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *UploadTarResponse) GetDirs() int64 {
+	if x != nil {
+		return x.Dirs
+	}
+	return 0
+}
+
+func (x *UploadTarResponse) GetLinks() int64 {
+	if x != nil {
+		return x.Links
+	}
+	return 0
+}
+
+func (x *UploadTarResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 var File_dsec_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -1761,7 +4133,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
 	"\x0eDeleteResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x03(\tR\adeleted\"\xb8\x02\n" +
+	"\adeleted\x18\x01 \x03(\tR\adeleted\"\xcc\x03\n" +
 	"\vExecRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -1771,7 +4143,15 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x03cwd\x18\x05 \x01(\tR\x03cwd\x12\x12\n" +
 	"\x04user\x18\x06 \x01(\tR\x04user\x12\x14\n" +
 	"\x05stdin\x18\a \x01(\fR\x05stdin\x123\n" +
-	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x1a6\n" +
+	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1d\n" +
+	"\n" +
+	"stdin_open\x18\t \x01(\bR\tstdinOpen\x12\x10\n" +
+	"\x03tty\x18\n" +
+	" \x01(\bR\x03tty\x12\x12\n" +
+	"\x04rows\x18\v \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\f \x01(\rR\x04cols\x12!\n" +
+	"\foutput_limit\x18\r \x01(\x03R\voutputLimit\x12\x16\n" +
+	"\x06detach\x18\x0e \x01(\bR\x06detach\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"&\n" +
@@ -1780,7 +4160,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vOutputChunk\x12/\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x17.dsec.sandbox.v1.StreamR\x06stream\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\x88\x02\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\x9c\x02\n" +
 	"\bExecExit\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\x05R\x06signal\x12\x1b\n" +
@@ -1789,14 +4169,15 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"oom_killed\x18\x04 \x01(\bR\toomKilled\x12)\n" +
 	"\x10stdout_truncated\x18\x05 \x01(\bR\x0fstdoutTruncated\x12)\n" +
 	"\x10stderr_truncated\x18\x06 \x01(\bR\x0fstderrTruncated\x125\n" +
-	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\"\v\n" +
+	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x12\n" +
+	"\x04lost\x18\b \x01(\bR\x04lost\"\v\n" +
 	"\tKeepalive\"\xf6\x01\n" +
 	"\fExecResponse\x128\n" +
 	"\astarted\x18\x01 \x01(\v2\x1c.dsec.sandbox.v1.ExecStartedH\x00R\astarted\x126\n" +
 	"\x06output\x18\x02 \x01(\v2\x1c.dsec.sandbox.v1.OutputChunkH\x00R\x06output\x12/\n" +
 	"\x04exit\x18\x03 \x01(\v2\x19.dsec.sandbox.v1.ExecExitH\x00R\x04exit\x12:\n" +
 	"\tkeepalive\x18\x04 \x01(\v2\x1a.dsec.sandbox.v1.KeepaliveH\x00R\tkeepaliveB\a\n" +
-	"\x05event\"\xb8\x01\n" +
+	"\x05event\"\x81\x02\n" +
 	"\bFileInfo\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
@@ -1804,7 +4185,12 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\bmod_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\amodTime\x12\x15\n" +
 	"\x06is_dir\x18\x05 \x01(\bR\x05isDir\x12\x10\n" +
 	"\x03uid\x18\x06 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\a \x01(\rR\x03gid\"r\n" +
+	"\x03gid\x18\a \x01(\rR\x03gid\x12\x12\n" +
+	"\x04name\x18\b \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\t \x01(\tR\x04type\x12\x1f\n" +
+	"\vlink_target\x18\n" +
+	" \x01(\tR\n" +
+	"linkTarget\"r\n" +
 	"\x0fReadFileRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -1826,7 +4212,168 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x05\n" +
 	"\x03msg\"B\n" +
 	"\x11WriteFileResponse\x12-\n" +
-	"\x04info\x18\x01 \x01(\v2\x19.dsec.sandbox.v1.FileInfoR\x04info*\x8e\x01\n" +
+	"\x04info\x18\x01 \x01(\v2\x19.dsec.sandbox.v1.FileInfoR\x04info\"f\n" +
+	"\x12BatchCreateRequest\x12:\n" +
+	"\btemplate\x18\x01 \x01(\v2\x1e.dsec.sandbox.v1.CreateRequestR\btemplate\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\"u\n" +
+	"\tItemError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12:\n" +
+	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"\x8f\x01\n" +
+	"\x11BatchCreateResult\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x122\n" +
+	"\asandbox\x18\x02 \x01(\v2\x18.dsec.sandbox.v1.SandboxR\asandbox\x120\n" +
+	"\x05error\x18\x03 \x01(\v2\x1a.dsec.sandbox.v1.ItemErrorR\x05error\"S\n" +
+	"\x13BatchCreateResponse\x12<\n" +
+	"\aresults\x18\x01 \x03(\v2\".dsec.sandbox.v1.BatchCreateResultR\aresults\"\x86\x01\n" +
+	"\x11SetTimeoutRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x124\n" +
+	"\bidle_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\aidleTtl\"H\n" +
+	"\x12SetTimeoutResponse\x122\n" +
+	"\asandbox\x18\x01 \x01(\v2\x18.dsec.sandbox.v1.SandboxR\asandbox\"\xb6\x01\n" +
+	"\x13UpdateLabelsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12?\n" +
+	"\x03set\x18\x02 \x03(\v2-.dsec.sandbox.v1.UpdateLabelsRequest.SetEntryR\x03set\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\x1a6\n" +
+	"\bSetEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
+	"\x14UpdateLabelsResponse\x122\n" +
+	"\asandbox\x18\x01 \x01(\v2\x18.dsec.sandbox.v1.SandboxR\asandbox\"\xae\x01\n" +
+	"\fWatchRequest\x12G\n" +
+	"\bselector\x18\x01 \x03(\v2+.dsec.sandbox.v1.WatchRequest.SelectorEntryR\bselector\x12\x18\n" +
+	"\ainitial\x18\x02 \x01(\bR\ainitial\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb3\x01\n" +
+	"\x05Event\x12.\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1a.dsec.sandbox.v1.EventTypeR\x04type\x122\n" +
+	"\asandbox\x18\x02 \x01(\v2\x18.dsec.sandbox.v1.SandboxR\asandbox\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12.\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x82\x01\n" +
+	"\rWatchResponse\x12.\n" +
+	"\x05event\x18\x01 \x01(\v2\x16.dsec.sandbox.v1.EventH\x00R\x05event\x12:\n" +
+	"\tkeepalive\x18\x02 \x01(\v2\x1a.dsec.sandbox.v1.KeepaliveH\x00R\tkeepaliveB\x05\n" +
+	"\x03msg\"\x1e\n" +
+	"\fStatsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x80\x03\n" +
+	"\rStatsResponse\x126\n" +
+	"\tcpu_usage\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bcpuUsage\x12\x1d\n" +
+	"\n" +
+	"cpus_limit\x18\x02 \x01(\x01R\tcpusLimit\x12!\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12!\n" +
+	"\fmemory_limit\x18\x04 \x01(\x03R\vmemoryLimit\x12\x12\n" +
+	"\x04pids\x18\x05 \x01(\x03R\x04pids\x12\x1d\n" +
+	"\n" +
+	"pids_limit\x18\x06 \x01(\x03R\tpidsLimit\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\a \x01(\x03R\tdiskBytes\x12\x1d\n" +
+	"\n" +
+	"disk_limit\x18\b \x01(\x03R\tdiskLimit\x12\x1b\n" +
+	"\toom_kills\x18\t \x01(\x03R\boomKills\x12!\n" +
+	"\foutput_bytes\x18\n" +
+	" \x01(\x03R\voutputBytes\x12!\n" +
+	"\foutput_limit\x18\v \x01(\x03R\voutputLimit\"\x91\x01\n" +
+	"\rAttachRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
+	"\aexec_id\x18\x02 \x01(\tR\x06execId\x12#\n" +
+	"\rstdout_offset\x18\x03 \x01(\x03R\fstdoutOffset\x12#\n" +
+	"\rstderr_offset\x18\x04 \x01(\x03R\fstderrOffset\"u\n" +
+	"\x11WriteStdinRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
+	"\aexec_id\x18\x02 \x01(\tR\x06execId\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x14\n" +
+	"\x05close\x18\x04 \x01(\bR\x05close\"\x14\n" +
+	"\x12WriteStdinResponse\"_\n" +
+	"\rSignalRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
+	"\aexec_id\x18\x02 \x01(\tR\x06execId\x12\x16\n" +
+	"\x06signal\x18\x03 \x01(\x05R\x06signal\"\x10\n" +
+	"\x0eSignalResponse\"r\n" +
+	"\x10ResizeTTYRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
+	"\aexec_id\x18\x02 \x01(\tR\x06execId\x12\x12\n" +
+	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x04 \x01(\rR\x04cols\"\x13\n" +
+	"\x11ResizeTTYResponse\"1\n" +
+	"\x10ListExecsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x93\x02\n" +
+	"\bExecInfo\x12\x17\n" +
+	"\aexec_id\x18\x01 \x01(\tR\x06execId\x12\x12\n" +
+	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
+	"\x03tty\x18\x03 \x01(\bR\x03tty\x129\n" +
+	"\n" +
+	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x18\n" +
+	"\arunning\x18\x05 \x01(\bR\arunning\x12-\n" +
+	"\x04exit\x18\x06 \x01(\v2\x19.dsec.sandbox.v1.ExecExitR\x04exit\x12!\n" +
+	"\fstdout_bytes\x18\a \x01(\x03R\vstdoutBytes\x12!\n" +
+	"\fstderr_bytes\x18\b \x01(\x03R\vstderrBytes\"D\n" +
+	"\x11ListExecsResponse\x12/\n" +
+	"\x05execs\x18\x01 \x03(\v2\x19.dsec.sandbox.v1.ExecInfoR\x05execs\"@\n" +
+	"\vStatRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"=\n" +
+	"\fStatResponse\x12-\n" +
+	"\x04info\x18\x01 \x01(\v2\x19.dsec.sandbox.v1.FileInfoR\x04info\"Y\n" +
+	"\x0eListDirRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"d\n" +
+	"\x0fListDirResponse\x123\n" +
+	"\aentries\x18\x01 \x03(\v2\x19.dsec.sandbox.v1.FileInfoR\aentries\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x85\x01\n" +
+	"\x0eMakeDirRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x18\n" +
+	"\aparents\x18\x04 \x01(\bR\aparents\x12\x12\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\"@\n" +
+	"\x0fMakeDirResponse\x12-\n" +
+	"\x04info\x18\x01 \x01(\v2\x19.dsec.sandbox.v1.FileInfoR\x04info\"`\n" +
+	"\rRemoveRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x10\n" +
+	"\x0eRemoveResponse\"p\n" +
+	"\rRenameRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x1c\n" +
+	"\toverwrite\x18\x04 \x01(\bR\toverwrite\"\x10\n" +
+	"\x0eRenameResponse\"G\n" +
+	"\x12DownloadTarRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\")\n" +
+	"\x13DownloadTarResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"{\n" +
+	"\x0fUploadTarHeader\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12!\n" +
+	"\fmake_parents\x18\x03 \x01(\bR\vmakeParents\x12\x12\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\"k\n" +
+	"\x10UploadTarRequest\x12:\n" +
+	"\x06header\x18\x01 \x01(\v2 .dsec.sandbox.v1.UploadTarHeaderH\x00R\x06header\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x05\n" +
+	"\x03msg\"i\n" +
+	"\x11UploadTarResponse\x12\x14\n" +
+	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x12\n" +
+	"\x04dirs\x18\x02 \x01(\x03R\x04dirs\x12\x14\n" +
+	"\x05links\x18\x03 \x01(\x03R\x05links\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes*\x8e\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATE_CREATING\x10\x01\x12\x11\n" +
@@ -1838,7 +4385,16 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x022\x9d\x04\n" +
+	"\rSTREAM_STDERR\x10\x02*\xcd\x01\n" +
+	"\tEventType\x12\x1a\n" +
+	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12EVENT_TYPE_CREATED\x10\x01\x12\x15\n" +
+	"\x11EVENT_TYPE_EXITED\x10\x02\x12\x12\n" +
+	"\x0eEVENT_TYPE_OOM\x10\x03\x12\x1a\n" +
+	"\x16EVENT_TYPE_TTL_EXPIRED\x10\x04\x12\x15\n" +
+	"\x11EVENT_TYPE_FAILED\x10\x05\x12\x16\n" +
+	"\x12EVENT_TYPE_DELETED\x10\x06\x12\x16\n" +
+	"\x12EVENT_TYPE_UPDATED\x10\a2\xfb\x0e\n" +
 	"\x0eSandboxService\x12I\n" +
 	"\x06Create\x12\x1e.dsec.sandbox.v1.CreateRequest\x1a\x1f.dsec.sandbox.v1.CreateResponse\x12@\n" +
 	"\x03Get\x12\x1b.dsec.sandbox.v1.GetRequest\x1a\x1c.dsec.sandbox.v1.GetResponse\x12C\n" +
@@ -1846,7 +4402,26 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06Delete\x12\x1e.dsec.sandbox.v1.DeleteRequest\x1a\x1f.dsec.sandbox.v1.DeleteResponse\x12E\n" +
 	"\x04Exec\x12\x1c.dsec.sandbox.v1.ExecRequest\x1a\x1d.dsec.sandbox.v1.ExecResponse0\x01\x12Q\n" +
 	"\bReadFile\x12 .dsec.sandbox.v1.ReadFileRequest\x1a!.dsec.sandbox.v1.ReadFileResponse0\x01\x12T\n" +
-	"\tWriteFile\x12!.dsec.sandbox.v1.WriteFileRequest\x1a\".dsec.sandbox.v1.WriteFileResponse(\x01B;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
+	"\tWriteFile\x12!.dsec.sandbox.v1.WriteFileRequest\x1a\".dsec.sandbox.v1.WriteFileResponse(\x01\x12X\n" +
+	"\vBatchCreate\x12#.dsec.sandbox.v1.BatchCreateRequest\x1a$.dsec.sandbox.v1.BatchCreateResponse\x12U\n" +
+	"\n" +
+	"SetTimeout\x12\".dsec.sandbox.v1.SetTimeoutRequest\x1a#.dsec.sandbox.v1.SetTimeoutResponse\x12[\n" +
+	"\fUpdateLabels\x12$.dsec.sandbox.v1.UpdateLabelsRequest\x1a%.dsec.sandbox.v1.UpdateLabelsResponse\x12H\n" +
+	"\x05Watch\x12\x1d.dsec.sandbox.v1.WatchRequest\x1a\x1e.dsec.sandbox.v1.WatchResponse0\x01\x12F\n" +
+	"\x05Stats\x12\x1d.dsec.sandbox.v1.StatsRequest\x1a\x1e.dsec.sandbox.v1.StatsResponse\x12I\n" +
+	"\x06Attach\x12\x1e.dsec.sandbox.v1.AttachRequest\x1a\x1d.dsec.sandbox.v1.ExecResponse0\x01\x12U\n" +
+	"\n" +
+	"WriteStdin\x12\".dsec.sandbox.v1.WriteStdinRequest\x1a#.dsec.sandbox.v1.WriteStdinResponse\x12I\n" +
+	"\x06Signal\x12\x1e.dsec.sandbox.v1.SignalRequest\x1a\x1f.dsec.sandbox.v1.SignalResponse\x12R\n" +
+	"\tResizeTTY\x12!.dsec.sandbox.v1.ResizeTTYRequest\x1a\".dsec.sandbox.v1.ResizeTTYResponse\x12R\n" +
+	"\tListExecs\x12!.dsec.sandbox.v1.ListExecsRequest\x1a\".dsec.sandbox.v1.ListExecsResponse\x12C\n" +
+	"\x04Stat\x12\x1c.dsec.sandbox.v1.StatRequest\x1a\x1d.dsec.sandbox.v1.StatResponse\x12L\n" +
+	"\aListDir\x12\x1f.dsec.sandbox.v1.ListDirRequest\x1a .dsec.sandbox.v1.ListDirResponse\x12L\n" +
+	"\aMakeDir\x12\x1f.dsec.sandbox.v1.MakeDirRequest\x1a .dsec.sandbox.v1.MakeDirResponse\x12I\n" +
+	"\x06Remove\x12\x1e.dsec.sandbox.v1.RemoveRequest\x1a\x1f.dsec.sandbox.v1.RemoveResponse\x12I\n" +
+	"\x06Rename\x12\x1e.dsec.sandbox.v1.RenameRequest\x1a\x1f.dsec.sandbox.v1.RenameResponse\x12Z\n" +
+	"\vDownloadTar\x12#.dsec.sandbox.v1.DownloadTarRequest\x1a$.dsec.sandbox.v1.DownloadTarResponse0\x01\x12T\n" +
+	"\tUploadTar\x12!.dsec.sandbox.v1.UploadTarRequest\x1a\".dsec.sandbox.v1.UploadTarResponse(\x01B;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_dsec_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -1860,92 +4435,191 @@ func file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_dsec_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_dsec_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_dsec_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_dsec_sandbox_v1_sandbox_proto_goTypes = []any{
 	(State)(0),                    // 0: dsec.sandbox.v1.State
 	(Stream)(0),                   // 1: dsec.sandbox.v1.Stream
-	(*Resources)(nil),             // 2: dsec.sandbox.v1.Resources
-	(*Sandbox)(nil),               // 3: dsec.sandbox.v1.Sandbox
-	(*CreateRequest)(nil),         // 4: dsec.sandbox.v1.CreateRequest
-	(*CreateResponse)(nil),        // 5: dsec.sandbox.v1.CreateResponse
-	(*GetRequest)(nil),            // 6: dsec.sandbox.v1.GetRequest
-	(*GetResponse)(nil),           // 7: dsec.sandbox.v1.GetResponse
-	(*ListRequest)(nil),           // 8: dsec.sandbox.v1.ListRequest
-	(*ListResponse)(nil),          // 9: dsec.sandbox.v1.ListResponse
-	(*DeleteRequest)(nil),         // 10: dsec.sandbox.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 11: dsec.sandbox.v1.DeleteResponse
-	(*ExecRequest)(nil),           // 12: dsec.sandbox.v1.ExecRequest
-	(*ExecStarted)(nil),           // 13: dsec.sandbox.v1.ExecStarted
-	(*OutputChunk)(nil),           // 14: dsec.sandbox.v1.OutputChunk
-	(*ExecExit)(nil),              // 15: dsec.sandbox.v1.ExecExit
-	(*Keepalive)(nil),             // 16: dsec.sandbox.v1.Keepalive
-	(*ExecResponse)(nil),          // 17: dsec.sandbox.v1.ExecResponse
-	(*FileInfo)(nil),              // 18: dsec.sandbox.v1.FileInfo
-	(*ReadFileRequest)(nil),       // 19: dsec.sandbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 20: dsec.sandbox.v1.ReadFileResponse
-	(*WriteFileHeader)(nil),       // 21: dsec.sandbox.v1.WriteFileHeader
-	(*WriteFileRequest)(nil),      // 22: dsec.sandbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 23: dsec.sandbox.v1.WriteFileResponse
-	nil,                           // 24: dsec.sandbox.v1.Sandbox.LabelsEntry
-	nil,                           // 25: dsec.sandbox.v1.Sandbox.EnvEntry
-	nil,                           // 26: dsec.sandbox.v1.CreateRequest.LabelsEntry
-	nil,                           // 27: dsec.sandbox.v1.CreateRequest.EnvEntry
-	nil,                           // 28: dsec.sandbox.v1.ListRequest.SelectorEntry
-	nil,                           // 29: dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	nil,                           // 30: dsec.sandbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
+	(EventType)(0),                // 2: dsec.sandbox.v1.EventType
+	(*Resources)(nil),             // 3: dsec.sandbox.v1.Resources
+	(*Sandbox)(nil),               // 4: dsec.sandbox.v1.Sandbox
+	(*CreateRequest)(nil),         // 5: dsec.sandbox.v1.CreateRequest
+	(*CreateResponse)(nil),        // 6: dsec.sandbox.v1.CreateResponse
+	(*GetRequest)(nil),            // 7: dsec.sandbox.v1.GetRequest
+	(*GetResponse)(nil),           // 8: dsec.sandbox.v1.GetResponse
+	(*ListRequest)(nil),           // 9: dsec.sandbox.v1.ListRequest
+	(*ListResponse)(nil),          // 10: dsec.sandbox.v1.ListResponse
+	(*DeleteRequest)(nil),         // 11: dsec.sandbox.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 12: dsec.sandbox.v1.DeleteResponse
+	(*ExecRequest)(nil),           // 13: dsec.sandbox.v1.ExecRequest
+	(*ExecStarted)(nil),           // 14: dsec.sandbox.v1.ExecStarted
+	(*OutputChunk)(nil),           // 15: dsec.sandbox.v1.OutputChunk
+	(*ExecExit)(nil),              // 16: dsec.sandbox.v1.ExecExit
+	(*Keepalive)(nil),             // 17: dsec.sandbox.v1.Keepalive
+	(*ExecResponse)(nil),          // 18: dsec.sandbox.v1.ExecResponse
+	(*FileInfo)(nil),              // 19: dsec.sandbox.v1.FileInfo
+	(*ReadFileRequest)(nil),       // 20: dsec.sandbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 21: dsec.sandbox.v1.ReadFileResponse
+	(*WriteFileHeader)(nil),       // 22: dsec.sandbox.v1.WriteFileHeader
+	(*WriteFileRequest)(nil),      // 23: dsec.sandbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 24: dsec.sandbox.v1.WriteFileResponse
+	(*BatchCreateRequest)(nil),    // 25: dsec.sandbox.v1.BatchCreateRequest
+	(*ItemError)(nil),             // 26: dsec.sandbox.v1.ItemError
+	(*BatchCreateResult)(nil),     // 27: dsec.sandbox.v1.BatchCreateResult
+	(*BatchCreateResponse)(nil),   // 28: dsec.sandbox.v1.BatchCreateResponse
+	(*SetTimeoutRequest)(nil),     // 29: dsec.sandbox.v1.SetTimeoutRequest
+	(*SetTimeoutResponse)(nil),    // 30: dsec.sandbox.v1.SetTimeoutResponse
+	(*UpdateLabelsRequest)(nil),   // 31: dsec.sandbox.v1.UpdateLabelsRequest
+	(*UpdateLabelsResponse)(nil),  // 32: dsec.sandbox.v1.UpdateLabelsResponse
+	(*WatchRequest)(nil),          // 33: dsec.sandbox.v1.WatchRequest
+	(*Event)(nil),                 // 34: dsec.sandbox.v1.Event
+	(*WatchResponse)(nil),         // 35: dsec.sandbox.v1.WatchResponse
+	(*StatsRequest)(nil),          // 36: dsec.sandbox.v1.StatsRequest
+	(*StatsResponse)(nil),         // 37: dsec.sandbox.v1.StatsResponse
+	(*AttachRequest)(nil),         // 38: dsec.sandbox.v1.AttachRequest
+	(*WriteStdinRequest)(nil),     // 39: dsec.sandbox.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),    // 40: dsec.sandbox.v1.WriteStdinResponse
+	(*SignalRequest)(nil),         // 41: dsec.sandbox.v1.SignalRequest
+	(*SignalResponse)(nil),        // 42: dsec.sandbox.v1.SignalResponse
+	(*ResizeTTYRequest)(nil),      // 43: dsec.sandbox.v1.ResizeTTYRequest
+	(*ResizeTTYResponse)(nil),     // 44: dsec.sandbox.v1.ResizeTTYResponse
+	(*ListExecsRequest)(nil),      // 45: dsec.sandbox.v1.ListExecsRequest
+	(*ExecInfo)(nil),              // 46: dsec.sandbox.v1.ExecInfo
+	(*ListExecsResponse)(nil),     // 47: dsec.sandbox.v1.ListExecsResponse
+	(*StatRequest)(nil),           // 48: dsec.sandbox.v1.StatRequest
+	(*StatResponse)(nil),          // 49: dsec.sandbox.v1.StatResponse
+	(*ListDirRequest)(nil),        // 50: dsec.sandbox.v1.ListDirRequest
+	(*ListDirResponse)(nil),       // 51: dsec.sandbox.v1.ListDirResponse
+	(*MakeDirRequest)(nil),        // 52: dsec.sandbox.v1.MakeDirRequest
+	(*MakeDirResponse)(nil),       // 53: dsec.sandbox.v1.MakeDirResponse
+	(*RemoveRequest)(nil),         // 54: dsec.sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 55: dsec.sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),         // 56: dsec.sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),        // 57: dsec.sandbox.v1.RenameResponse
+	(*DownloadTarRequest)(nil),    // 58: dsec.sandbox.v1.DownloadTarRequest
+	(*DownloadTarResponse)(nil),   // 59: dsec.sandbox.v1.DownloadTarResponse
+	(*UploadTarHeader)(nil),       // 60: dsec.sandbox.v1.UploadTarHeader
+	(*UploadTarRequest)(nil),      // 61: dsec.sandbox.v1.UploadTarRequest
+	(*UploadTarResponse)(nil),     // 62: dsec.sandbox.v1.UploadTarResponse
+	nil,                           // 63: dsec.sandbox.v1.Sandbox.LabelsEntry
+	nil,                           // 64: dsec.sandbox.v1.Sandbox.EnvEntry
+	nil,                           // 65: dsec.sandbox.v1.CreateRequest.LabelsEntry
+	nil,                           // 66: dsec.sandbox.v1.CreateRequest.EnvEntry
+	nil,                           // 67: dsec.sandbox.v1.ListRequest.SelectorEntry
+	nil,                           // 68: dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	nil,                           // 69: dsec.sandbox.v1.ExecRequest.EnvEntry
+	nil,                           // 70: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	nil,                           // 71: dsec.sandbox.v1.WatchRequest.SelectorEntry
+	(*timestamppb.Timestamp)(nil), // 72: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 73: google.protobuf.Duration
 }
 var file_dsec_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	24, // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
+	63, // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
 	0,  // 1: dsec.sandbox.v1.Sandbox.state:type_name -> dsec.sandbox.v1.State
-	2,  // 2: dsec.sandbox.v1.Sandbox.resources:type_name -> dsec.sandbox.v1.Resources
-	31, // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	31, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
-	25, // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
-	26, // 7: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
-	2,  // 8: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
-	27, // 9: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
-	32, // 10: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 11: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
-	3,  // 12: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	3,  // 13: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	28, // 14: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
-	3,  // 15: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
-	29, // 16: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	30, // 17: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
-	32, // 18: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 2: dsec.sandbox.v1.Sandbox.resources:type_name -> dsec.sandbox.v1.Resources
+	72, // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	72, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	73, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
+	64, // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
+	65, // 7: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
+	3,  // 8: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
+	66, // 9: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
+	73, // 10: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
+	73, // 11: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
+	4,  // 12: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	4,  // 13: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	67, // 14: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
+	4,  // 15: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
+	68, // 16: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	69, // 17: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
+	73, // 18: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
 	1,  // 19: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
-	32, // 20: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
-	13, // 21: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
-	14, // 22: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
-	15, // 23: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
-	16, // 24: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	31, // 25: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	18, // 26: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	21, // 27: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
-	18, // 28: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	4,  // 29: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
-	6,  // 30: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
-	8,  // 31: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
-	10, // 32: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
-	12, // 33: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
-	19, // 34: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
-	22, // 35: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
-	5,  // 36: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
-	7,  // 37: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
-	9,  // 38: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
-	11, // 39: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
-	17, // 40: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
-	20, // 41: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
-	23, // 42: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
-	36, // [36:43] is the sub-list for method output_type
-	29, // [29:36] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	73, // 20: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	14, // 21: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
+	15, // 22: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
+	16, // 23: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
+	17, // 24: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	72, // 25: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	19, // 26: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	22, // 27: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
+	19, // 28: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	5,  // 29: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
+	73, // 30: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
+	4,  // 31: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	26, // 32: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
+	27, // 33: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
+	73, // 34: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
+	73, // 35: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
+	4,  // 36: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	70, // 37: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	4,  // 38: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	71, // 39: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
+	2,  // 40: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
+	4,  // 41: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	72, // 42: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
+	34, // 43: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
+	17, // 44: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	73, // 45: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
+	72, // 46: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
+	16, // 47: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
+	46, // 48: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
+	19, // 49: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	19, // 50: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
+	19, // 51: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	60, // 52: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
+	5,  // 53: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
+	7,  // 54: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
+	9,  // 55: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
+	11, // 56: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
+	13, // 57: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
+	20, // 58: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
+	23, // 59: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
+	25, // 60: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
+	29, // 61: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
+	31, // 62: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
+	33, // 63: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
+	36, // 64: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
+	38, // 65: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
+	39, // 66: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
+	41, // 67: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
+	43, // 68: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
+	45, // 69: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
+	48, // 70: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
+	50, // 71: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
+	52, // 72: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
+	54, // 73: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
+	56, // 74: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
+	58, // 75: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
+	61, // 76: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
+	6,  // 77: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
+	8,  // 78: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
+	10, // 79: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
+	12, // 80: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
+	18, // 81: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
+	21, // 82: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
+	24, // 83: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
+	28, // 84: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
+	30, // 85: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
+	32, // 86: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
+	35, // 87: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
+	37, // 88: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
+	18, // 89: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
+	40, // 90: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
+	42, // 91: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
+	44, // 92: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
+	47, // 93: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
+	49, // 94: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
+	51, // 95: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
+	53, // 96: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
+	55, // 97: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
+	57, // 98: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
+	59, // 99: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
+	62, // 100: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
+	77, // [77:101] is the sub-list for method output_type
+	53, // [53:77] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_dsec_sandbox_v1_sandbox_proto_init() }
@@ -1963,13 +4637,21 @@ func file_dsec_sandbox_v1_sandbox_proto_init() {
 		(*WriteFileRequest_Header)(nil),
 		(*WriteFileRequest_Data)(nil),
 	}
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[32].OneofWrappers = []any{
+		(*WatchResponse_Event)(nil),
+		(*WatchResponse_Keepalive)(nil),
+	}
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[58].OneofWrappers = []any{
+		(*UploadTarRequest_Header)(nil),
+		(*UploadTarRequest_Data)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsec_sandbox_v1_sandbox_proto_rawDesc), len(file_dsec_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   29,
+			NumEnums:      3,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,8 +35,12 @@ type Config struct {
 	IDMap rootfs.IDMap
 	// CgroupParent is the cgroup holding all sandboxes; default "dsec".
 	CgroupParent string
+	// DiskQuota is how writable layers are limited (keeper.Config).
+	DiskQuota string
 	// MaxFileBytes caps one WriteFile; default 1 GiB.
 	MaxFileBytes int64
+	// MaxTarBytes caps one tar upload or download; default 4 GiB.
+	MaxTarBytes int64
 	// Version is this build's version, passed to a keeper it starts.
 	Version string
 	Logger  *slog.Logger
@@ -61,6 +65,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	if cfg.MaxFileBytes == 0 {
 		cfg.MaxFileBytes = 1 << 30
+	}
+	if cfg.MaxTarBytes == 0 {
+		cfg.MaxTarBytes = 4 << 30
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -99,6 +106,9 @@ func (b *Backend) ensureKeeper(ctx context.Context) error {
 	if b.cfg.CgroupParent != "" {
 		args = append(args, "--cgroup-parent", b.cfg.CgroupParent)
 	}
+	if b.cfg.DiskQuota != "" {
+		args = append(args, "--disk-quota", b.cfg.DiskQuota)
+	}
 	return keeper.Start(ctx, b.cfg.Self, b.cfg.StateDir, args)
 }
 
@@ -107,7 +117,7 @@ func (b *Backend) Name() string { return Name }
 
 // Capabilities implements sandbox.Backend.
 func (b *Backend) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{MemoryLimit: true, PidsLimit: true, Restart: true}
+	return sandbox.Capabilities{MemoryLimit: true, PidsLimit: true, Restart: true, TTY: true, DiskLimit: b.cfg.DiskQuota != "off"}
 }
 
 // Keeper returns the client of the node's keeper.
@@ -156,10 +166,45 @@ func status(info keeper.SandboxInfo) sandbox.Status {
 	return sandbox.Status{ID: info.ID, State: info.State, Reason: info.Reason, Pid: info.Pid, RunningExecs: info.RunningExecs}
 }
 
-// Stats reports a sandbox's resource use.
-func (b *Backend) Stats(ctx context.Context, id string) (keeper.Stats, error) {
-	return b.keeper.Stats(ctx, id)
+// Stats implements sandbox.Backend.
+func (b *Backend) Stats(ctx context.Context, id string) (sandbox.Stats, error) {
+	s, err := b.keeper.Stats(ctx, id)
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	return sandbox.Stats{
+		CPUUsage: s.CPUUsage, MemoryBytes: s.MemoryBytes, MemoryLimit: s.MemoryLimit,
+		Pids: s.Pids, PidsLimit: s.PidsLimit, DiskBytes: s.DiskBytes, DiskLimit: s.DiskLimit,
+		OOMKills: int64(s.OOMKills), OutputBytes: s.OutputBytes, OutputLimit: s.OutputLimit,
+	}, nil
 }
+
+// WriteStdin implements sandbox.Backend.
+func (b *Backend) WriteStdin(ctx context.Context, id, execID string, data []byte, close bool) error {
+	return b.keeper.WriteStdin(ctx, keeper.StdinRequest{Sandbox: id, Exec: execID, Data: data, Close: close})
+}
+
+// Signal implements sandbox.Backend.
+func (b *Backend) Signal(ctx context.Context, id, execID string, sig int) error {
+	return b.keeper.Signal(ctx, keeper.SignalRequest{Sandbox: id, Exec: execID, Signal: sig})
+}
+
+// ResizeTTY implements sandbox.Backend.
+func (b *Backend) ResizeTTY(ctx context.Context, id, execID string, rows, cols uint16) error {
+	return b.keeper.Resize(ctx, keeper.ResizeRequest{Sandbox: id, Exec: execID, Rows: rows, Cols: cols})
+}
+
+// ListExecs implements sandbox.Backend.
+func (b *Backend) ListExecs(ctx context.Context, id string) ([]sandbox.ExecInfo, error) {
+	return b.keeper.ListExecs(ctx, id)
+}
+
+// Events implements sandbox.EventSource.
+func (b *Backend) Events(ctx context.Context, cursor string) ([]sandbox.Event, string, error) {
+	return b.keeper.Events(ctx, cursor)
+}
+
+var _ sandbox.EventSource = (*Backend)(nil)
 
 // StartExec implements sandbox.Backend.
 func (b *Backend) StartExec(ctx context.Context, id string, spec sandbox.ExecSpec) error {

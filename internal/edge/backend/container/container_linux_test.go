@@ -172,7 +172,14 @@ func (n *node) footprint(t *testing.T, b *Backend) []string {
 			out = append(out, "process in a sandbox cgroup")
 		}
 	}
-	for _, d := range []string{"sandboxes", "run/crun", "run/runc", "run/layers"} {
+	blocks, _ := os.ReadDir("/sys/block")
+	for _, e := range blocks {
+		bf, err := os.ReadFile(filepath.Join("/sys/block", e.Name(), "loop", "backing_file"))
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(bf)), n.stateDir+"/") {
+			out = append(out, "loop device for "+strings.TrimPrefix(strings.TrimSpace(string(bf)), n.stateDir))
+		}
+	}
+	for _, d := range []string{"sandboxes", "run/crun", "run/runc", "run/layers", "run/disks", "run/disks/.images"} {
 		ents, _ := os.ReadDir(filepath.Join(n.stateDir, d))
 		for _, e := range ents {
 			out = append(out, "dir "+d+"/"+e.Name())

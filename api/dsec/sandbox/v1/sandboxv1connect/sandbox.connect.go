@@ -52,6 +52,48 @@ const (
 	// SandboxServiceWriteFileProcedure is the fully-qualified name of the SandboxService's WriteFile
 	// RPC.
 	SandboxServiceWriteFileProcedure = "/dsec.sandbox.v1.SandboxService/WriteFile"
+	// SandboxServiceBatchCreateProcedure is the fully-qualified name of the SandboxService's
+	// BatchCreate RPC.
+	SandboxServiceBatchCreateProcedure = "/dsec.sandbox.v1.SandboxService/BatchCreate"
+	// SandboxServiceSetTimeoutProcedure is the fully-qualified name of the SandboxService's SetTimeout
+	// RPC.
+	SandboxServiceSetTimeoutProcedure = "/dsec.sandbox.v1.SandboxService/SetTimeout"
+	// SandboxServiceUpdateLabelsProcedure is the fully-qualified name of the SandboxService's
+	// UpdateLabels RPC.
+	SandboxServiceUpdateLabelsProcedure = "/dsec.sandbox.v1.SandboxService/UpdateLabels"
+	// SandboxServiceWatchProcedure is the fully-qualified name of the SandboxService's Watch RPC.
+	SandboxServiceWatchProcedure = "/dsec.sandbox.v1.SandboxService/Watch"
+	// SandboxServiceStatsProcedure is the fully-qualified name of the SandboxService's Stats RPC.
+	SandboxServiceStatsProcedure = "/dsec.sandbox.v1.SandboxService/Stats"
+	// SandboxServiceAttachProcedure is the fully-qualified name of the SandboxService's Attach RPC.
+	SandboxServiceAttachProcedure = "/dsec.sandbox.v1.SandboxService/Attach"
+	// SandboxServiceWriteStdinProcedure is the fully-qualified name of the SandboxService's WriteStdin
+	// RPC.
+	SandboxServiceWriteStdinProcedure = "/dsec.sandbox.v1.SandboxService/WriteStdin"
+	// SandboxServiceSignalProcedure is the fully-qualified name of the SandboxService's Signal RPC.
+	SandboxServiceSignalProcedure = "/dsec.sandbox.v1.SandboxService/Signal"
+	// SandboxServiceResizeTTYProcedure is the fully-qualified name of the SandboxService's ResizeTTY
+	// RPC.
+	SandboxServiceResizeTTYProcedure = "/dsec.sandbox.v1.SandboxService/ResizeTTY"
+	// SandboxServiceListExecsProcedure is the fully-qualified name of the SandboxService's ListExecs
+	// RPC.
+	SandboxServiceListExecsProcedure = "/dsec.sandbox.v1.SandboxService/ListExecs"
+	// SandboxServiceStatProcedure is the fully-qualified name of the SandboxService's Stat RPC.
+	SandboxServiceStatProcedure = "/dsec.sandbox.v1.SandboxService/Stat"
+	// SandboxServiceListDirProcedure is the fully-qualified name of the SandboxService's ListDir RPC.
+	SandboxServiceListDirProcedure = "/dsec.sandbox.v1.SandboxService/ListDir"
+	// SandboxServiceMakeDirProcedure is the fully-qualified name of the SandboxService's MakeDir RPC.
+	SandboxServiceMakeDirProcedure = "/dsec.sandbox.v1.SandboxService/MakeDir"
+	// SandboxServiceRemoveProcedure is the fully-qualified name of the SandboxService's Remove RPC.
+	SandboxServiceRemoveProcedure = "/dsec.sandbox.v1.SandboxService/Remove"
+	// SandboxServiceRenameProcedure is the fully-qualified name of the SandboxService's Rename RPC.
+	SandboxServiceRenameProcedure = "/dsec.sandbox.v1.SandboxService/Rename"
+	// SandboxServiceDownloadTarProcedure is the fully-qualified name of the SandboxService's
+	// DownloadTar RPC.
+	SandboxServiceDownloadTarProcedure = "/dsec.sandbox.v1.SandboxService/DownloadTar"
+	// SandboxServiceUploadTarProcedure is the fully-qualified name of the SandboxService's UploadTar
+	// RPC.
+	SandboxServiceUploadTarProcedure = "/dsec.sandbox.v1.SandboxService/UploadTar"
 )
 
 // SandboxServiceClient is a client for the dsec.sandbox.v1.SandboxService service.
@@ -72,6 +114,47 @@ type SandboxServiceClient interface {
 	// WriteFile writes a regular file into the sandbox: the first message
 	// carries the header, the following ones the data.
 	WriteFile(context.Context) *connect.ClientStreamForClient[v1.WriteFileRequest, v1.WriteFileResponse]
+	// BatchCreate creates up to 1000 sandboxes from one request, with a
+	// result per item. With an idempotency key K, item i is keyed K/i.
+	BatchCreate(context.Context, *connect.Request[v1.BatchCreateRequest]) (*connect.Response[v1.BatchCreateResponse], error)
+	// SetTimeout sets a live sandbox's hard TTL (counted from now) and/or
+	// idle TTL.
+	SetTimeout(context.Context, *connect.Request[v1.SetTimeoutRequest]) (*connect.Response[v1.SetTimeoutResponse], error)
+	// UpdateLabels sets and removes labels.
+	UpdateLabels(context.Context, *connect.Request[v1.UpdateLabelsRequest]) (*connect.Response[v1.UpdateLabelsResponse], error)
+	// Watch streams state changes of the sandboxes matching a selector.
+	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
+	// Stats reports a sandbox's resource use.
+	Stats(context.Context, *connect.Request[v1.StatsRequest]) (*connect.Response[v1.StatsResponse], error)
+	// Attach streams an exec's output from per-stream byte offsets, then its
+	// exit, whether it still runs or has ended.
+	Attach(context.Context, *connect.Request[v1.AttachRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error)
+	// WriteStdin writes to an exec started with stdin_open (or a TTY), and
+	// optionally closes its stdin.
+	WriteStdin(context.Context, *connect.Request[v1.WriteStdinRequest]) (*connect.Response[v1.WriteStdinResponse], error)
+	// Signal sends a signal to an exec's process group.
+	Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error)
+	// ResizeTTY changes a TTY exec's window size.
+	ResizeTTY(context.Context, *connect.Request[v1.ResizeTTYRequest]) (*connect.Response[v1.ResizeTTYResponse], error)
+	// ListExecs returns the sandbox's command journal: every exec and its
+	// result, oldest first.
+	ListExecs(context.Context, *connect.Request[v1.ListExecsRequest]) (*connect.Response[v1.ListExecsResponse], error)
+	// Stat describes a file (symlinks inside the sandbox followed).
+	Stat(context.Context, *connect.Request[v1.StatRequest]) (*connect.Response[v1.StatResponse], error)
+	// ListDir lists a directory.
+	ListDir(context.Context, *connect.Request[v1.ListDirRequest]) (*connect.Response[v1.ListDirResponse], error)
+	// MakeDir makes a directory (with parents if asked).
+	MakeDir(context.Context, *connect.Request[v1.MakeDirRequest]) (*connect.Response[v1.MakeDirResponse], error)
+	// Remove removes a file, or a directory tree with recursive.
+	Remove(context.Context, *connect.Request[v1.RemoveRequest]) (*connect.Response[v1.RemoveResponse], error)
+	// Rename renames a file or directory.
+	Rename(context.Context, *connect.Request[v1.RenameRequest]) (*connect.Response[v1.RenameResponse], error)
+	// DownloadTar streams a file or directory tree as a tar archive.
+	DownloadTar(context.Context, *connect.Request[v1.DownloadTarRequest]) (*connect.ServerStreamForClient[v1.DownloadTarResponse], error)
+	// UploadTar extracts a tar archive into a directory: the first message
+	// carries the header, the following ones the data. A bad archive (paths
+	// that escape, links out, devices) is refused before anything is written.
+	UploadTar(context.Context) *connect.ClientStreamForClient[v1.UploadTarRequest, v1.UploadTarResponse]
 }
 
 // NewSandboxServiceClient constructs a client for the dsec.sandbox.v1.SandboxService service. By
@@ -127,18 +210,137 @@ func NewSandboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sandboxServiceMethods.ByName("WriteFile")),
 			connect.WithClientOptions(opts...),
 		),
+		batchCreate: connect.NewClient[v1.BatchCreateRequest, v1.BatchCreateResponse](
+			httpClient,
+			baseURL+SandboxServiceBatchCreateProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("BatchCreate")),
+			connect.WithClientOptions(opts...),
+		),
+		setTimeout: connect.NewClient[v1.SetTimeoutRequest, v1.SetTimeoutResponse](
+			httpClient,
+			baseURL+SandboxServiceSetTimeoutProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("SetTimeout")),
+			connect.WithClientOptions(opts...),
+		),
+		updateLabels: connect.NewClient[v1.UpdateLabelsRequest, v1.UpdateLabelsResponse](
+			httpClient,
+			baseURL+SandboxServiceUpdateLabelsProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("UpdateLabels")),
+			connect.WithClientOptions(opts...),
+		),
+		watch: connect.NewClient[v1.WatchRequest, v1.WatchResponse](
+			httpClient,
+			baseURL+SandboxServiceWatchProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("Watch")),
+			connect.WithClientOptions(opts...),
+		),
+		stats: connect.NewClient[v1.StatsRequest, v1.StatsResponse](
+			httpClient,
+			baseURL+SandboxServiceStatsProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("Stats")),
+			connect.WithClientOptions(opts...),
+		),
+		attach: connect.NewClient[v1.AttachRequest, v1.ExecResponse](
+			httpClient,
+			baseURL+SandboxServiceAttachProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("Attach")),
+			connect.WithClientOptions(opts...),
+		),
+		writeStdin: connect.NewClient[v1.WriteStdinRequest, v1.WriteStdinResponse](
+			httpClient,
+			baseURL+SandboxServiceWriteStdinProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("WriteStdin")),
+			connect.WithClientOptions(opts...),
+		),
+		signal: connect.NewClient[v1.SignalRequest, v1.SignalResponse](
+			httpClient,
+			baseURL+SandboxServiceSignalProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("Signal")),
+			connect.WithClientOptions(opts...),
+		),
+		resizeTTY: connect.NewClient[v1.ResizeTTYRequest, v1.ResizeTTYResponse](
+			httpClient,
+			baseURL+SandboxServiceResizeTTYProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ResizeTTY")),
+			connect.WithClientOptions(opts...),
+		),
+		listExecs: connect.NewClient[v1.ListExecsRequest, v1.ListExecsResponse](
+			httpClient,
+			baseURL+SandboxServiceListExecsProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ListExecs")),
+			connect.WithClientOptions(opts...),
+		),
+		stat: connect.NewClient[v1.StatRequest, v1.StatResponse](
+			httpClient,
+			baseURL+SandboxServiceStatProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("Stat")),
+			connect.WithClientOptions(opts...),
+		),
+		listDir: connect.NewClient[v1.ListDirRequest, v1.ListDirResponse](
+			httpClient,
+			baseURL+SandboxServiceListDirProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ListDir")),
+			connect.WithClientOptions(opts...),
+		),
+		makeDir: connect.NewClient[v1.MakeDirRequest, v1.MakeDirResponse](
+			httpClient,
+			baseURL+SandboxServiceMakeDirProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("MakeDir")),
+			connect.WithClientOptions(opts...),
+		),
+		remove: connect.NewClient[v1.RemoveRequest, v1.RemoveResponse](
+			httpClient,
+			baseURL+SandboxServiceRemoveProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("Remove")),
+			connect.WithClientOptions(opts...),
+		),
+		rename: connect.NewClient[v1.RenameRequest, v1.RenameResponse](
+			httpClient,
+			baseURL+SandboxServiceRenameProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("Rename")),
+			connect.WithClientOptions(opts...),
+		),
+		downloadTar: connect.NewClient[v1.DownloadTarRequest, v1.DownloadTarResponse](
+			httpClient,
+			baseURL+SandboxServiceDownloadTarProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("DownloadTar")),
+			connect.WithClientOptions(opts...),
+		),
+		uploadTar: connect.NewClient[v1.UploadTarRequest, v1.UploadTarResponse](
+			httpClient,
+			baseURL+SandboxServiceUploadTarProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("UploadTar")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // sandboxServiceClient implements SandboxServiceClient.
 type sandboxServiceClient struct {
-	create    *connect.Client[v1.CreateRequest, v1.CreateResponse]
-	get       *connect.Client[v1.GetRequest, v1.GetResponse]
-	list      *connect.Client[v1.ListRequest, v1.ListResponse]
-	delete    *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
-	exec      *connect.Client[v1.ExecRequest, v1.ExecResponse]
-	readFile  *connect.Client[v1.ReadFileRequest, v1.ReadFileResponse]
-	writeFile *connect.Client[v1.WriteFileRequest, v1.WriteFileResponse]
+	create       *connect.Client[v1.CreateRequest, v1.CreateResponse]
+	get          *connect.Client[v1.GetRequest, v1.GetResponse]
+	list         *connect.Client[v1.ListRequest, v1.ListResponse]
+	delete       *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	exec         *connect.Client[v1.ExecRequest, v1.ExecResponse]
+	readFile     *connect.Client[v1.ReadFileRequest, v1.ReadFileResponse]
+	writeFile    *connect.Client[v1.WriteFileRequest, v1.WriteFileResponse]
+	batchCreate  *connect.Client[v1.BatchCreateRequest, v1.BatchCreateResponse]
+	setTimeout   *connect.Client[v1.SetTimeoutRequest, v1.SetTimeoutResponse]
+	updateLabels *connect.Client[v1.UpdateLabelsRequest, v1.UpdateLabelsResponse]
+	watch        *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	stats        *connect.Client[v1.StatsRequest, v1.StatsResponse]
+	attach       *connect.Client[v1.AttachRequest, v1.ExecResponse]
+	writeStdin   *connect.Client[v1.WriteStdinRequest, v1.WriteStdinResponse]
+	signal       *connect.Client[v1.SignalRequest, v1.SignalResponse]
+	resizeTTY    *connect.Client[v1.ResizeTTYRequest, v1.ResizeTTYResponse]
+	listExecs    *connect.Client[v1.ListExecsRequest, v1.ListExecsResponse]
+	stat         *connect.Client[v1.StatRequest, v1.StatResponse]
+	listDir      *connect.Client[v1.ListDirRequest, v1.ListDirResponse]
+	makeDir      *connect.Client[v1.MakeDirRequest, v1.MakeDirResponse]
+	remove       *connect.Client[v1.RemoveRequest, v1.RemoveResponse]
+	rename       *connect.Client[v1.RenameRequest, v1.RenameResponse]
+	downloadTar  *connect.Client[v1.DownloadTarRequest, v1.DownloadTarResponse]
+	uploadTar    *connect.Client[v1.UploadTarRequest, v1.UploadTarResponse]
 }
 
 // Create calls dsec.sandbox.v1.SandboxService.Create.
@@ -176,6 +378,91 @@ func (c *sandboxServiceClient) WriteFile(ctx context.Context) *connect.ClientStr
 	return c.writeFile.CallClientStream(ctx)
 }
 
+// BatchCreate calls dsec.sandbox.v1.SandboxService.BatchCreate.
+func (c *sandboxServiceClient) BatchCreate(ctx context.Context, req *connect.Request[v1.BatchCreateRequest]) (*connect.Response[v1.BatchCreateResponse], error) {
+	return c.batchCreate.CallUnary(ctx, req)
+}
+
+// SetTimeout calls dsec.sandbox.v1.SandboxService.SetTimeout.
+func (c *sandboxServiceClient) SetTimeout(ctx context.Context, req *connect.Request[v1.SetTimeoutRequest]) (*connect.Response[v1.SetTimeoutResponse], error) {
+	return c.setTimeout.CallUnary(ctx, req)
+}
+
+// UpdateLabels calls dsec.sandbox.v1.SandboxService.UpdateLabels.
+func (c *sandboxServiceClient) UpdateLabels(ctx context.Context, req *connect.Request[v1.UpdateLabelsRequest]) (*connect.Response[v1.UpdateLabelsResponse], error) {
+	return c.updateLabels.CallUnary(ctx, req)
+}
+
+// Watch calls dsec.sandbox.v1.SandboxService.Watch.
+func (c *sandboxServiceClient) Watch(ctx context.Context, req *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error) {
+	return c.watch.CallServerStream(ctx, req)
+}
+
+// Stats calls dsec.sandbox.v1.SandboxService.Stats.
+func (c *sandboxServiceClient) Stats(ctx context.Context, req *connect.Request[v1.StatsRequest]) (*connect.Response[v1.StatsResponse], error) {
+	return c.stats.CallUnary(ctx, req)
+}
+
+// Attach calls dsec.sandbox.v1.SandboxService.Attach.
+func (c *sandboxServiceClient) Attach(ctx context.Context, req *connect.Request[v1.AttachRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error) {
+	return c.attach.CallServerStream(ctx, req)
+}
+
+// WriteStdin calls dsec.sandbox.v1.SandboxService.WriteStdin.
+func (c *sandboxServiceClient) WriteStdin(ctx context.Context, req *connect.Request[v1.WriteStdinRequest]) (*connect.Response[v1.WriteStdinResponse], error) {
+	return c.writeStdin.CallUnary(ctx, req)
+}
+
+// Signal calls dsec.sandbox.v1.SandboxService.Signal.
+func (c *sandboxServiceClient) Signal(ctx context.Context, req *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error) {
+	return c.signal.CallUnary(ctx, req)
+}
+
+// ResizeTTY calls dsec.sandbox.v1.SandboxService.ResizeTTY.
+func (c *sandboxServiceClient) ResizeTTY(ctx context.Context, req *connect.Request[v1.ResizeTTYRequest]) (*connect.Response[v1.ResizeTTYResponse], error) {
+	return c.resizeTTY.CallUnary(ctx, req)
+}
+
+// ListExecs calls dsec.sandbox.v1.SandboxService.ListExecs.
+func (c *sandboxServiceClient) ListExecs(ctx context.Context, req *connect.Request[v1.ListExecsRequest]) (*connect.Response[v1.ListExecsResponse], error) {
+	return c.listExecs.CallUnary(ctx, req)
+}
+
+// Stat calls dsec.sandbox.v1.SandboxService.Stat.
+func (c *sandboxServiceClient) Stat(ctx context.Context, req *connect.Request[v1.StatRequest]) (*connect.Response[v1.StatResponse], error) {
+	return c.stat.CallUnary(ctx, req)
+}
+
+// ListDir calls dsec.sandbox.v1.SandboxService.ListDir.
+func (c *sandboxServiceClient) ListDir(ctx context.Context, req *connect.Request[v1.ListDirRequest]) (*connect.Response[v1.ListDirResponse], error) {
+	return c.listDir.CallUnary(ctx, req)
+}
+
+// MakeDir calls dsec.sandbox.v1.SandboxService.MakeDir.
+func (c *sandboxServiceClient) MakeDir(ctx context.Context, req *connect.Request[v1.MakeDirRequest]) (*connect.Response[v1.MakeDirResponse], error) {
+	return c.makeDir.CallUnary(ctx, req)
+}
+
+// Remove calls dsec.sandbox.v1.SandboxService.Remove.
+func (c *sandboxServiceClient) Remove(ctx context.Context, req *connect.Request[v1.RemoveRequest]) (*connect.Response[v1.RemoveResponse], error) {
+	return c.remove.CallUnary(ctx, req)
+}
+
+// Rename calls dsec.sandbox.v1.SandboxService.Rename.
+func (c *sandboxServiceClient) Rename(ctx context.Context, req *connect.Request[v1.RenameRequest]) (*connect.Response[v1.RenameResponse], error) {
+	return c.rename.CallUnary(ctx, req)
+}
+
+// DownloadTar calls dsec.sandbox.v1.SandboxService.DownloadTar.
+func (c *sandboxServiceClient) DownloadTar(ctx context.Context, req *connect.Request[v1.DownloadTarRequest]) (*connect.ServerStreamForClient[v1.DownloadTarResponse], error) {
+	return c.downloadTar.CallServerStream(ctx, req)
+}
+
+// UploadTar calls dsec.sandbox.v1.SandboxService.UploadTar.
+func (c *sandboxServiceClient) UploadTar(ctx context.Context) *connect.ClientStreamForClient[v1.UploadTarRequest, v1.UploadTarResponse] {
+	return c.uploadTar.CallClientStream(ctx)
+}
+
 // SandboxServiceHandler is an implementation of the dsec.sandbox.v1.SandboxService service.
 type SandboxServiceHandler interface {
 	// Create starts a sandbox from an image and returns once it runs.
@@ -194,6 +481,47 @@ type SandboxServiceHandler interface {
 	// WriteFile writes a regular file into the sandbox: the first message
 	// carries the header, the following ones the data.
 	WriteFile(context.Context, *connect.ClientStream[v1.WriteFileRequest]) (*connect.Response[v1.WriteFileResponse], error)
+	// BatchCreate creates up to 1000 sandboxes from one request, with a
+	// result per item. With an idempotency key K, item i is keyed K/i.
+	BatchCreate(context.Context, *connect.Request[v1.BatchCreateRequest]) (*connect.Response[v1.BatchCreateResponse], error)
+	// SetTimeout sets a live sandbox's hard TTL (counted from now) and/or
+	// idle TTL.
+	SetTimeout(context.Context, *connect.Request[v1.SetTimeoutRequest]) (*connect.Response[v1.SetTimeoutResponse], error)
+	// UpdateLabels sets and removes labels.
+	UpdateLabels(context.Context, *connect.Request[v1.UpdateLabelsRequest]) (*connect.Response[v1.UpdateLabelsResponse], error)
+	// Watch streams state changes of the sandboxes matching a selector.
+	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
+	// Stats reports a sandbox's resource use.
+	Stats(context.Context, *connect.Request[v1.StatsRequest]) (*connect.Response[v1.StatsResponse], error)
+	// Attach streams an exec's output from per-stream byte offsets, then its
+	// exit, whether it still runs or has ended.
+	Attach(context.Context, *connect.Request[v1.AttachRequest], *connect.ServerStream[v1.ExecResponse]) error
+	// WriteStdin writes to an exec started with stdin_open (or a TTY), and
+	// optionally closes its stdin.
+	WriteStdin(context.Context, *connect.Request[v1.WriteStdinRequest]) (*connect.Response[v1.WriteStdinResponse], error)
+	// Signal sends a signal to an exec's process group.
+	Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error)
+	// ResizeTTY changes a TTY exec's window size.
+	ResizeTTY(context.Context, *connect.Request[v1.ResizeTTYRequest]) (*connect.Response[v1.ResizeTTYResponse], error)
+	// ListExecs returns the sandbox's command journal: every exec and its
+	// result, oldest first.
+	ListExecs(context.Context, *connect.Request[v1.ListExecsRequest]) (*connect.Response[v1.ListExecsResponse], error)
+	// Stat describes a file (symlinks inside the sandbox followed).
+	Stat(context.Context, *connect.Request[v1.StatRequest]) (*connect.Response[v1.StatResponse], error)
+	// ListDir lists a directory.
+	ListDir(context.Context, *connect.Request[v1.ListDirRequest]) (*connect.Response[v1.ListDirResponse], error)
+	// MakeDir makes a directory (with parents if asked).
+	MakeDir(context.Context, *connect.Request[v1.MakeDirRequest]) (*connect.Response[v1.MakeDirResponse], error)
+	// Remove removes a file, or a directory tree with recursive.
+	Remove(context.Context, *connect.Request[v1.RemoveRequest]) (*connect.Response[v1.RemoveResponse], error)
+	// Rename renames a file or directory.
+	Rename(context.Context, *connect.Request[v1.RenameRequest]) (*connect.Response[v1.RenameResponse], error)
+	// DownloadTar streams a file or directory tree as a tar archive.
+	DownloadTar(context.Context, *connect.Request[v1.DownloadTarRequest], *connect.ServerStream[v1.DownloadTarResponse]) error
+	// UploadTar extracts a tar archive into a directory: the first message
+	// carries the header, the following ones the data. A bad archive (paths
+	// that escape, links out, devices) is refused before anything is written.
+	UploadTar(context.Context, *connect.ClientStream[v1.UploadTarRequest]) (*connect.Response[v1.UploadTarResponse], error)
 }
 
 // NewSandboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -245,6 +573,108 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sandboxServiceMethods.ByName("WriteFile")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxServiceBatchCreateHandler := connect.NewUnaryHandler(
+		SandboxServiceBatchCreateProcedure,
+		svc.BatchCreate,
+		connect.WithSchema(sandboxServiceMethods.ByName("BatchCreate")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceSetTimeoutHandler := connect.NewUnaryHandler(
+		SandboxServiceSetTimeoutProcedure,
+		svc.SetTimeout,
+		connect.WithSchema(sandboxServiceMethods.ByName("SetTimeout")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceUpdateLabelsHandler := connect.NewUnaryHandler(
+		SandboxServiceUpdateLabelsProcedure,
+		svc.UpdateLabels,
+		connect.WithSchema(sandboxServiceMethods.ByName("UpdateLabels")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceWatchHandler := connect.NewServerStreamHandler(
+		SandboxServiceWatchProcedure,
+		svc.Watch,
+		connect.WithSchema(sandboxServiceMethods.ByName("Watch")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceStatsHandler := connect.NewUnaryHandler(
+		SandboxServiceStatsProcedure,
+		svc.Stats,
+		connect.WithSchema(sandboxServiceMethods.ByName("Stats")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceAttachHandler := connect.NewServerStreamHandler(
+		SandboxServiceAttachProcedure,
+		svc.Attach,
+		connect.WithSchema(sandboxServiceMethods.ByName("Attach")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceWriteStdinHandler := connect.NewUnaryHandler(
+		SandboxServiceWriteStdinProcedure,
+		svc.WriteStdin,
+		connect.WithSchema(sandboxServiceMethods.ByName("WriteStdin")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceSignalHandler := connect.NewUnaryHandler(
+		SandboxServiceSignalProcedure,
+		svc.Signal,
+		connect.WithSchema(sandboxServiceMethods.ByName("Signal")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceResizeTTYHandler := connect.NewUnaryHandler(
+		SandboxServiceResizeTTYProcedure,
+		svc.ResizeTTY,
+		connect.WithSchema(sandboxServiceMethods.ByName("ResizeTTY")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceListExecsHandler := connect.NewUnaryHandler(
+		SandboxServiceListExecsProcedure,
+		svc.ListExecs,
+		connect.WithSchema(sandboxServiceMethods.ByName("ListExecs")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceStatHandler := connect.NewUnaryHandler(
+		SandboxServiceStatProcedure,
+		svc.Stat,
+		connect.WithSchema(sandboxServiceMethods.ByName("Stat")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceListDirHandler := connect.NewUnaryHandler(
+		SandboxServiceListDirProcedure,
+		svc.ListDir,
+		connect.WithSchema(sandboxServiceMethods.ByName("ListDir")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceMakeDirHandler := connect.NewUnaryHandler(
+		SandboxServiceMakeDirProcedure,
+		svc.MakeDir,
+		connect.WithSchema(sandboxServiceMethods.ByName("MakeDir")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceRemoveHandler := connect.NewUnaryHandler(
+		SandboxServiceRemoveProcedure,
+		svc.Remove,
+		connect.WithSchema(sandboxServiceMethods.ByName("Remove")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceRenameHandler := connect.NewUnaryHandler(
+		SandboxServiceRenameProcedure,
+		svc.Rename,
+		connect.WithSchema(sandboxServiceMethods.ByName("Rename")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceDownloadTarHandler := connect.NewServerStreamHandler(
+		SandboxServiceDownloadTarProcedure,
+		svc.DownloadTar,
+		connect.WithSchema(sandboxServiceMethods.ByName("DownloadTar")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceUploadTarHandler := connect.NewClientStreamHandler(
+		SandboxServiceUploadTarProcedure,
+		svc.UploadTar,
+		connect.WithSchema(sandboxServiceMethods.ByName("UploadTar")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/dsec.sandbox.v1.SandboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxServiceCreateProcedure:
@@ -261,6 +691,40 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 			sandboxServiceReadFileHandler.ServeHTTP(w, r)
 		case SandboxServiceWriteFileProcedure:
 			sandboxServiceWriteFileHandler.ServeHTTP(w, r)
+		case SandboxServiceBatchCreateProcedure:
+			sandboxServiceBatchCreateHandler.ServeHTTP(w, r)
+		case SandboxServiceSetTimeoutProcedure:
+			sandboxServiceSetTimeoutHandler.ServeHTTP(w, r)
+		case SandboxServiceUpdateLabelsProcedure:
+			sandboxServiceUpdateLabelsHandler.ServeHTTP(w, r)
+		case SandboxServiceWatchProcedure:
+			sandboxServiceWatchHandler.ServeHTTP(w, r)
+		case SandboxServiceStatsProcedure:
+			sandboxServiceStatsHandler.ServeHTTP(w, r)
+		case SandboxServiceAttachProcedure:
+			sandboxServiceAttachHandler.ServeHTTP(w, r)
+		case SandboxServiceWriteStdinProcedure:
+			sandboxServiceWriteStdinHandler.ServeHTTP(w, r)
+		case SandboxServiceSignalProcedure:
+			sandboxServiceSignalHandler.ServeHTTP(w, r)
+		case SandboxServiceResizeTTYProcedure:
+			sandboxServiceResizeTTYHandler.ServeHTTP(w, r)
+		case SandboxServiceListExecsProcedure:
+			sandboxServiceListExecsHandler.ServeHTTP(w, r)
+		case SandboxServiceStatProcedure:
+			sandboxServiceStatHandler.ServeHTTP(w, r)
+		case SandboxServiceListDirProcedure:
+			sandboxServiceListDirHandler.ServeHTTP(w, r)
+		case SandboxServiceMakeDirProcedure:
+			sandboxServiceMakeDirHandler.ServeHTTP(w, r)
+		case SandboxServiceRemoveProcedure:
+			sandboxServiceRemoveHandler.ServeHTTP(w, r)
+		case SandboxServiceRenameProcedure:
+			sandboxServiceRenameHandler.ServeHTTP(w, r)
+		case SandboxServiceDownloadTarProcedure:
+			sandboxServiceDownloadTarHandler.ServeHTTP(w, r)
+		case SandboxServiceUploadTarProcedure:
+			sandboxServiceUploadTarHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -296,4 +760,72 @@ func (UnimplementedSandboxServiceHandler) ReadFile(context.Context, *connect.Req
 
 func (UnimplementedSandboxServiceHandler) WriteFile(context.Context, *connect.ClientStream[v1.WriteFileRequest]) (*connect.Response[v1.WriteFileResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.WriteFile is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) BatchCreate(context.Context, *connect.Request[v1.BatchCreateRequest]) (*connect.Response[v1.BatchCreateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.BatchCreate is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) SetTimeout(context.Context, *connect.Request[v1.SetTimeoutRequest]) (*connect.Response[v1.SetTimeoutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.SetTimeout is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) UpdateLabels(context.Context, *connect.Request[v1.UpdateLabelsRequest]) (*connect.Response[v1.UpdateLabelsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.UpdateLabels is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.Watch is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) Stats(context.Context, *connect.Request[v1.StatsRequest]) (*connect.Response[v1.StatsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.Stats is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) Attach(context.Context, *connect.Request[v1.AttachRequest], *connect.ServerStream[v1.ExecResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.Attach is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) WriteStdin(context.Context, *connect.Request[v1.WriteStdinRequest]) (*connect.Response[v1.WriteStdinResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.WriteStdin is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.Signal is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ResizeTTY(context.Context, *connect.Request[v1.ResizeTTYRequest]) (*connect.Response[v1.ResizeTTYResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.ResizeTTY is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ListExecs(context.Context, *connect.Request[v1.ListExecsRequest]) (*connect.Response[v1.ListExecsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.ListExecs is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) Stat(context.Context, *connect.Request[v1.StatRequest]) (*connect.Response[v1.StatResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.Stat is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ListDir(context.Context, *connect.Request[v1.ListDirRequest]) (*connect.Response[v1.ListDirResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.ListDir is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) MakeDir(context.Context, *connect.Request[v1.MakeDirRequest]) (*connect.Response[v1.MakeDirResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.MakeDir is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) Remove(context.Context, *connect.Request[v1.RemoveRequest]) (*connect.Response[v1.RemoveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.Remove is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) Rename(context.Context, *connect.Request[v1.RenameRequest]) (*connect.Response[v1.RenameResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.Rename is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) DownloadTar(context.Context, *connect.Request[v1.DownloadTarRequest], *connect.ServerStream[v1.DownloadTarResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.DownloadTar is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) UploadTar(context.Context, *connect.ClientStream[v1.UploadTarRequest]) (*connect.Response[v1.UploadTarResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.UploadTar is not implemented"))
 }

@@ -1,0 +1,120 @@
+package keeper
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+)
+
+// eventLog keeps the keeper's recent events for long-polling clients. A
+// cursor is "<epoch>:<seq>"; the epoch changes with every keeper start so a
+// client holding an old cursor gets everything still kept.
+type eventLog struct {
+	epoch string
+
+	mu sync.Mutex
+	// guarded by mu
+	seq    uint64
+	events []keptEvent
+	wake   chan struct{} // closed and replaced on every add
+}
+
+type keptEvent struct {
+	seq uint64
+	ev  sandbox.Event
+}
+
+// eventsKept bounds the log; a client further behind misses the oldest.
+const eventsKept = 8192
+
+func newEventLog() *eventLog {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return &eventLog{epoch: hex.EncodeToString(b), wake: make(chan struct{})}
+}
+
+func (l *eventLog) add(id string, t sandbox.EventType, reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seq++
+	l.events = append(l.events, keptEvent{seq: l.seq, ev: sandbox.Event{Sandbox: id, Type: t, Reason: reason, Time: time.Now().UTC()}})
+	if len(l.events) > eventsKept {
+		l.events = append([]keptEvent(nil), l.events[len(l.events)-eventsKept:]...)
+	}
+	close(l.wake)
+	l.wake = make(chan struct{})
+}
+
+// since returns the events after cursor, waiting up to timeout for one.
+func (l *eventLog) since(ctx context.Context, cursor string, timeout time.Duration) ([]sandbox.Event, string) {
+	var after uint64
+	if epoch, seq, ok := strings.Cut(cursor, ":"); ok && epoch == l.epoch {
+		after, _ = strconv.ParseUint(seq, 10, 64)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		l.mu.Lock()
+		var out []sandbox.Event
+		for _, e := range l.events {
+			if e.seq > after {
+				out = append(out, e.ev)
+			}
+		}
+		next := fmt.Sprintf("%s:%d", l.epoch, l.seq)
+		wake := l.wake
+		l.mu.Unlock()
+		if len(out) > 0 {
+			return out, next
+		}
+		select {
+		case <-wake:
+		case <-t.C:
+			return nil, next
+		case <-ctx.Done():
+			return nil, next
+		}
+	}
+}
+
+// oomInterval is how often the keeper looks for OOM kills in sandboxes.
+const oomInterval = 2 * time.Second
+
+// watchOOM reports OOM kills in running sandboxes as events until ctx ends.
+func (k *Keeper) watchOOM(ctx context.Context) {
+	t := time.NewTicker(oomInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		k.mu.Lock()
+		boxes := make([]*box, 0, len(k.boxes))
+		for _, b := range k.boxes {
+			boxes = append(boxes, b)
+		}
+		k.mu.Unlock()
+		for _, b := range boxes {
+			info := b.snapshot()
+			if info.State != sandbox.StateRunning {
+				continue
+			}
+			st, err := k.cg.Stats(info.ID)
+			if err != nil {
+				continue
+			}
+			if prev := b.oomSeen.Swap(st.OOMKills); st.OOMKills > prev {
+				k.events.add(info.ID, sandbox.EventOOM, fmt.Sprintf("%d process(es) killed for memory (limit %d MiB)", st.OOMKills-prev, st.MemoryLimit>>20))
+			}
+		}
+	}
+}

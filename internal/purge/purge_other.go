@@ -1,0 +1,11 @@
+//go:build !linux
+
+package purge
+
+import (
+	"context"
+	"errors"
+)
+
+// Run needs Linux.
+func Run(ctx context.Context, cfg Config) error { return errors.ErrUnsupported }
