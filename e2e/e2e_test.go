@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -314,47 +315,82 @@ func testProjects(t *testing.T, p *platform, admin *dsec.Client) {
 	}
 }
 
-// TestKill9Restart kills dsec up with 10 sandboxes running, restarts it,
-// and checks all 10 still run and that deleting them leaves nothing.
+// TestKill9Restart kills dsec up while 20 sandboxes run and 5 execs
+// stream, restarts it, and checks every exec can be attached and finishes
+// with its whole output, every sandbox works, and `dsec rm -l` then leaves
+// nothing behind.
 func TestKill9Restart(t *testing.T) {
 	p := newPlatform(t)
 	p.busybox(t)
 	c := p.client(t, p.adminKey(t))
 	ctx := ctxT(t)
 	before := p.footprint(t)
-	var ids []string
-	var mu sync.Mutex
+	res, err := c.BatchCreate(ctx, dsec.CreateOptions{Image: "busybox", Memory: 64 << 20, Labels: map[string]string{"job": "restart"}}, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sbs []*dsec.Sandbox
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatalf("create: %v", r.Err)
+		}
+		sbs = append(sbs, r.Sandbox)
+	}
+	for i, sb := range sbs {
+		if _, err := sb.Shell(ctx, fmt.Sprintf("echo %d > /tmp/n; sleep 1000 &", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Five streaming execs, cut by the kill.
+	const lines = 60
+	script := fmt.Sprintf("for i in $(seq 1 %d); do echo line$i; sleep 0.05; done", lines)
+	type stream struct {
+		sb  *dsec.Sandbox
+		out bytes.Buffer
+		st  *dsec.ExitStatus
+		err error
+	}
+	streams := make([]*stream, 5)
 	var wg sync.WaitGroup
-	errs := make(chan error, 10)
-	for i := range 10 {
+	for i := range streams {
+		s := &stream{sb: sbs[i]}
+		streams[i] = s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sb, err := c.Create(ctx, dsec.CreateOptions{Image: "busybox", Memory: 64 << 20, Labels: map[string]string{"job": "restart"}})
-			if err != nil {
-				errs <- err
-				return
-			}
-			if _, err := sb.Shell(ctx, fmt.Sprintf("echo %d > /tmp/n; sleep 1000 &", i)); err != nil {
-				errs <- err
-				return
-			}
-			mu.Lock()
-			ids = append(ids, sb.ID)
-			mu.Unlock()
+			s.st, s.err = s.sb.ExecStream(ctx, dsec.ExecRequest{Shell: script}, &s.out, io.Discard)
 		}()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("create: %v", err)
-	}
+	time.Sleep(800 * time.Millisecond)
 	p.kill9(t)
+	wg.Wait()
 	p.start(t)
 	c2 := p.client(t, p.adminKey(t))
+	var want strings.Builder
+	for i := 1; i <= lines; i++ {
+		fmt.Fprintf(&want, "line%d\n", i)
+	}
+	for i, s := range streams {
+		if s.err == nil {
+			t.Errorf("stream %d finished before the kill; the test is too slow to cut it", i)
+			continue
+		}
+		if s.st == nil || s.st.ExecID == "" {
+			t.Fatalf("stream %d broke without an exec ID: %v", i, s.err)
+		}
+		var rest bytes.Buffer
+		end, err := c2.Sandbox(s.sb.ID).Attach(ctx, s.st.ExecID, int64(s.out.Len()), 0, &rest, io.Discard)
+		if err != nil || end.ExitCode != 0 || end.Lost {
+			t.Errorf("attach to exec %d after restart = %+v, %v", i, end, err)
+			continue
+		}
+		if got := s.out.String() + rest.String(); got != want.String() {
+			t.Errorf("exec %d output before+after = %d bytes, want %d exactly once", i, len(got), want.Len())
+		}
+	}
 	list, err := c2.List(ctx, map[string]string{"job": "restart"})
-	if err != nil || len(list) != 10 {
-		t.Fatalf("after restart List = %d sandboxes, %v; want 10", len(list), err)
+	if err != nil || len(list) != 20 {
+		t.Fatalf("after restart List = %d sandboxes, %v; want 20", len(list), err)
 	}
 	for _, sb := range list {
 		if sb.State != dsec.StateRunning {
@@ -365,13 +401,13 @@ func TestKill9Restart(t *testing.T) {
 			t.Errorf("exec in %s after restart = %q, %v", sb.ID, r.Stdout, err)
 		}
 	}
-	deleted, err := c2.DeleteSelector(ctx, map[string]string{"job": "restart"})
-	if err != nil || len(deleted) != 10 {
-		t.Errorf("DeleteSelector = %d, %v; want 10", len(deleted), err)
+	out, _, code := p.cli(t, "", "rm", "-l", "job=restart")
+	if code != 0 || len(strings.Fields(out)) != 20 {
+		t.Errorf("dsec rm -l job=restart = %q, exit %d; want 20 IDs", out, code)
 	}
 	after := p.footprint(t)
 	if d := cmp.Diff(before, after); d != "" {
-		t.Errorf("after deleting the 10 sandboxes the host differs (-before +after):\n%s", d)
+		t.Errorf("after deleting the 20 sandboxes the host differs (-before +after):\n%s", d)
 	}
 }
 

@@ -140,13 +140,14 @@ func setIdentity(ctx context.Context, h http.Header) {
 }
 
 // edgeErr turns an edge's reply error back into a kind, with a message
-// that names the node when it cannot be reached.
+// that names the node when it cannot be reached (an error that did not come
+// from the edge itself).
 func edgeErr(node string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var ce *connect.Error
-	if errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable {
+	if errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && !connect.IsWireError(ce) {
 		return errdefs.RetryAfter(errdefs.Newf(errdefs.ErrUnavailable, "node %s is unreachable (%s): retry, or check `dsec up` on it", node, ce.Message()), time.Second)
 	}
 	return apierr.FromConnect(err)

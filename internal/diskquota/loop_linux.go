@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -60,6 +61,10 @@ func loopFile(name string) (fileID, bool) {
 // of the data in the host's page cache). bound is nil for an image just
 // made, which no device can hold. The caller closes the returned file once
 // the device is mounted.
+// loopMu serialises finding and binding a free loop device in this
+// process.
+var loopMu sync.Mutex
+
 func attachLoop(image string, bound map[fileID]string) (dev *os.File, err error) {
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -88,6 +93,10 @@ func attachLoop(image string, bound map[fileID]string) (dev *os.File, err error)
 			"open /dev/loop-control: %v: load the loop module (modprobe loop) and give the process /dev", err)
 	}
 	defer ctl.Close()
+	// Concurrent attaches in this process would all be handed the same
+	// free device; take turns (other processes are handled by retrying).
+	loopMu.Lock()
+	defer loopMu.Unlock()
 	for range loopAttachTries {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {

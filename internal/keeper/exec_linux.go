@@ -230,13 +230,13 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 			}
 		}()
 	}
-	go k.awaitExec(req.Sandbox, spec, p, child, exitCh, before.OOMKills, started, &pumps, &truncated, &written)
+	go k.awaitExec(req.Sandbox, spec, p, b, child, exitCh, before.OOMKills, started, &pumps, &truncated, &written)
 	return nil
 }
 
 // awaitExec waits for a command's end (killing its group at the timeout),
 // then records the exit once its output is drained.
-func (k *Keeper) awaitExec(id string, spec sandbox.ExecSpec, p *execProc, child int,
+func (k *Keeper) awaitExec(id string, spec sandbox.ExecSpec, p *execProc, b *box, child int,
 	exitCh <-chan syscall.WaitStatus, oomBefore int64, started time.Time,
 	pumps *sync.WaitGroup, truncated *[2]atomic.Bool, written *[2]atomic.Int64) {
 	var ws syscall.WaitStatus
@@ -273,6 +273,11 @@ func (k *Keeper) awaitExec(id string, spec sandbox.ExecSpec, p *execProc, child 
 	if rec.Signal == int(syscall.SIGKILL) && !timedOut {
 		if after, err := k.cg.Stats(id); err == nil && after.OOMKills > oomBefore {
 			rec.OOMKilled = true
+			// Report it now: the sandbox may be gone before the OOM
+			// watcher's next look.
+			if prev := b.oomSeen.Swap(after.OOMKills); after.OOMKills > prev {
+				k.events.add(id, sandbox.EventOOM, fmt.Sprintf("exec %s killed for memory (limit %d MiB)", spec.ID, after.MemoryLimit>>20))
+			}
 		}
 	}
 	rec.StdoutTruncated, rec.StderrTruncated = truncated[0].Load(), truncated[1].Load()
