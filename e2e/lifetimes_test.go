@@ -333,3 +333,47 @@ func TestPurge(t *testing.T) {
 	}
 	_ = os.MkdirAll(filepath.Dir(p.stateDir), 0o755)
 }
+
+// TestDoctor runs `dsec doctor` on this node: everything required passes.
+func TestDoctor(t *testing.T) {
+	p := newPlatform(t)
+	out, err := exec.Command(p.bin, "doctor", "--json", "--state-dir", p.stateDir, "--listen", p.addr).Output()
+	if err != nil {
+		t.Fatalf("dsec doctor = %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `"ok": true`) && !strings.Contains(string(out), `"OK": true`) && !strings.Contains(string(out), `"ok":true`) {
+		t.Errorf("dsec doctor --json reports a failure:\n%s", out)
+	}
+}
+
+// TestSigtermKeepsSandboxes stops dsec up with SIGTERM (as Ctrl-C would)
+// and checks the sandbox and a running command survive the restart.
+func TestSigtermKeepsSandboxes(t *testing.T) {
+	p := newPlatform(t)
+	p.busybox(t)
+	c := p.client(t, p.adminKey(t))
+	ctx := ctxT(t)
+	sb, err := c.Create(ctx, dsec.CreateOptions{Image: "busybox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := sb.ExecDetached(ctx, dsec.ExecRequest{Shell: "sleep 2; echo finished"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	if err := <-p.exited; err != nil {
+		t.Errorf("dsec up after SIGINT exited with %v, want 0", err)
+	}
+	p.cmd = nil
+	p.start(t)
+	c2 := p.client(t, p.adminKey(t))
+	var out bytes.Buffer
+	end, err := c2.Sandbox(sb.ID).Attach(ctx, x, 0, 0, &out, io.Discard)
+	if err != nil || end.ExitCode != 0 || out.String() != "finished\n" {
+		t.Errorf("after a clean restart the exec = %+v, %q, %v", end, out.String(), err)
+	}
+	if err := sb.Delete(ctx); err != nil {
+		t.Errorf("Delete after restart = %v", err)
+	}
+}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -31,12 +33,26 @@ func newCpCmd(g *globalFlags) *cobra.Command {
 	var mode string
 	cmd := &cobra.Command{
 		Use:   "cp SRC DST",
-		Short: "Copy files between the local machine and a sandbox",
-		Long: `Copy a file into or out of a sandbox. One side is ID:/path in the sandbox, the
-other a local path, or - for standard input or output. Missing parent
-directories in the sandbox are created.`,
+		Short: "Copy files and directories between the local machine and a sandbox",
+		Long: `Copy a file or a directory tree into or out of a sandbox. One side is ID:/path
+in the sandbox, the other a local path, or - for standard input or output.
+
+Files: into a sandbox, missing parent directories are created and a DST
+ending in / receives the file under its own name; out of one, an existing
+local directory as DST receives it under its own name, and a partial copy
+never replaces DST.
+
+Directories are copied as tar streams, like cp -r: when DST is an existing
+directory the tree lands inside it under its own name, otherwise DST becomes
+the copy; SRC ending in /. copies the directory's contents instead. Regular
+files, directories and symlinks are copied with their permission bits and
+times; owners are not (files in a sandbox belong to its root, files here to
+you). Out of a sandbox, entries that would land outside DST are refused.
+ID:/dir to - writes the tar archive to standard output.`,
 		Example: `  dsec cp ./script.py ID:/work/script.py
   dsec cp ID:/work/out.json ./out.json
+  dsec cp ./project ID:/work          # makes /work/project
+  dsec cp ID:/work/results ./results
   dsec cp ID:/etc/os-release -`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -45,6 +61,14 @@ directories in the sandbox are created.`,
 			if srcRemote == dstRemote {
 				return usageErrorf("exactly one of SRC and DST must be ID:/path")
 			}
+			var fileMode os.FileMode
+			if mode != "" {
+				m, err := parseMode("--mode", mode)
+				if err != nil {
+					return err
+				}
+				fileMode = m
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -52,43 +76,110 @@ directories in the sandbox are created.`,
 			defer c.Close()
 			ctx := cmd.Context()
 			if srcRemote {
-				return download(ctx, c.Sandbox(srcID), srcPath, args[1], cmd.OutOrStdout())
-			}
-			sb := c.Sandbox(dstID)
-			var r io.Reader = cmd.InOrStdin()
-			opts := []dsec.FileOption{dsec.WithMakeParents()}
-			if args[0] != "-" {
-				f, err := os.Open(args[0])
+				sb := c.Sandbox(srcID)
+				info, err := sb.Stat(ctx, srcPath)
 				if err != nil {
 					return err
 				}
-				defer f.Close()
-				st, err := f.Stat()
+				if info.IsDir {
+					return downloadDir(ctx, sb, srcPath, args[1], cmd.OutOrStdout())
+				}
+				return download(ctx, sb, srcPath, args[1], cmd.OutOrStdout())
+			}
+			sb := c.Sandbox(dstID)
+			if args[0] != "-" {
+				st, err := os.Stat(args[0])
 				if err != nil {
 					return err
 				}
 				if st.IsDir() {
-					return usageErrorf("%s is a directory: directory copies come with tar streams, not in this build yet", args[0])
-				}
-				r = f
-				opts = append(opts, dsec.WithMode(st.Mode().Perm()))
-				if strings.HasSuffix(dstPath, "/") {
-					dstPath += path.Base(args[0])
+					if mode != "" {
+						return usageErrorf("--mode is for files; a directory's modes are copied as they are")
+					}
+					return uploadDir(ctx, sb, args[0], dstPath)
 				}
 			}
-			if mode != "" {
-				var m uint32
-				if _, err := fmt.Sscanf(mode, "%o", &m); err != nil || m > 0o7777 {
-					return usageErrorf("--mode %q: want octal permission bits like 0644", mode)
-				}
-				opts = append(opts, dsec.WithMode(os.FileMode(m)))
-			}
-			_, err = sb.Upload(ctx, dstPath, r, opts...)
-			return err
+			return uploadFile(ctx, sb, args[0], dstPath, cmd.InOrStdin(), fileMode)
 		},
 	}
-	cmd.Flags().StringVar(&mode, "mode", "", "permission bits of a file copied into a sandbox (default: the local file's, or 0644)")
+	cmd.Flags().StringVar(&mode, "mode", "", "permission bits in octal of a file copied into a sandbox (default: the local file's, or 0644)")
 	return cmd
+}
+
+// uploadFile copies the local file src ("-" is stdin) to dst in sb.
+func uploadFile(ctx context.Context, sb *dsec.Sandbox, src, dst string, stdin io.Reader, mode os.FileMode) error {
+	var r io.Reader = stdin
+	opts := []dsec.FileOption{dsec.WithMakeParents()}
+	if src != "-" {
+		f, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		r = f
+		opts = append(opts, dsec.WithMode(st.Mode().Perm()))
+		if strings.HasSuffix(dst, "/") {
+			dst += filepath.Base(src)
+		}
+	}
+	if mode != 0 {
+		opts = append(opts, dsec.WithMode(mode))
+	}
+	_, err := sb.Upload(ctx, dst, r, opts...)
+	return err
+}
+
+// contentsOnly reports whether a copy's source names a directory's
+// contents (dir/.) rather than the directory.
+func contentsOnly(p string) bool {
+	return p == "." || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, string(filepath.Separator)+".")
+}
+
+// uploadDir copies the local tree src into sb at dst, like cp -r.
+func uploadDir(ctx context.Context, sb *dsec.Sandbox, src, dst string) error {
+	target := dst
+	if !contentsOnly(src) {
+		info, err := sb.Stat(ctx, dst)
+		switch {
+		case err == nil && info.IsDir:
+			target = path.Join(dst, filepath.Base(filepath.Clean(src)))
+		case err == nil:
+			return fmt.Errorf("%s:%s exists and is not a directory", sb.ID, dst)
+		case !isNotFound(err):
+			return err
+		}
+	}
+	_, err := sb.UploadDir(ctx, src, target, dsec.WithMakeParents())
+	return err
+}
+
+// downloadDir copies the tree at src in sb to dst ("-" is w, as a tar
+// archive), like cp -r.
+func downloadDir(ctx context.Context, sb *dsec.Sandbox, src, dst string, w io.Writer) error {
+	if dst == "-" {
+		return sb.DownloadTar(ctx, src, w)
+	}
+	target := dst
+	base := path.Base(path.Clean(src))
+	st, err := os.Stat(dst)
+	switch {
+	case err == nil && !st.IsDir():
+		return fmt.Errorf("%s exists and is not a directory", dst)
+	case err == nil && !contentsOnly(src) && base != "/":
+		target = filepath.Join(dst, base)
+	case errors.Is(err, fs.ErrNotExist):
+		// DST becomes the copy; its parent must exist, as with cp.
+		if _, err := os.Stat(filepath.Dir(filepath.Clean(dst))); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	}
+	return sb.DownloadDir(ctx, src, target)
 }
 
 // download copies a sandbox file to dst ("-" is w), atomically: a partial

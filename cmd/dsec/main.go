@@ -78,6 +78,8 @@ Start the platform on this machine with "dsec up -d", then:
   dsec run busybox -- echo hello
   dsec run -d busybox            # prints a sandbox ID
   dsec exec ID -- ls /
+  dsec exec -it ID -- sh
+  dsec cp ./project ID:/work
   dsec ps`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -91,13 +93,43 @@ Start the platform on this machine with "dsec up -d", then:
 		newKeeperCmd(g),
 		newRunCmd(g),
 		newExecCmd(g),
+		newAttachCmd(g),
+		newExecsCmd(g),
+		newKillCmd(g),
 		newPsCmd(g),
+		newStatsCmd(g),
+		newTimeoutCmd(g),
+		newLabelCmd(g),
+		newWatchCmd(g),
 		newRmCmd(g),
 		newCpCmd(g),
+		newFsCmd(g),
 		newImageCmd(g),
 		newKeyCmd(g),
+		newDoctorCmd(g),
+		newPurgeCmd(g),
 	)
+	markUsageErrors(root)
 	return root
+}
+
+// markUsageErrors makes cobra's flag and argument errors of cmd and its
+// subcommands usage errors (exit 2).
+func markUsageErrors(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErrorf("%v (see %s --help)", err, c.CommandPath())
+	})
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return usageErrorf("%v (see %s --help)", err, c.CommandPath())
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		markUsageErrors(sub)
+	}
 }
 
 // globalFlags are the flags every client command shares.

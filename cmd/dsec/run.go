@@ -61,39 +61,67 @@ func (f *createFlags) options(image string) (dsec.CreateOptions, error) {
 
 func newRunCmd(g *globalFlags) *cobra.Command {
 	var (
-		cf     createFlags
-		detach bool
-		keep   bool
-		count  int
+		cf             createFlags
+		detach, keep   bool
+		stdinF, tty    bool
+		count          int
+		idempotencyKey string
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] IMAGE [-- CMD...]",
-		Short: "Create a sandbox, and run a command in it",
+		Short: "Create a sandbox, and run a command or a shell in it",
 		Long: `Create a sandbox from IMAGE.
 
-With -d, print the new sandbox's ID (one per line with --count) and return.
+With -d, print the new sandbox's ID and return; with --count N, create N
+sandboxes in one batch and print their IDs one per line (items that fail are
+reported on standard error, and dsec then exits 125).
+
 With a command, run it, stream its output, delete the sandbox (unless --keep)
 and exit with the command's exit code (128+N for signal N, 124 on timeout).
-Errors of dsec itself exit 125.`,
+-i streams standard input to it, -t gives it a terminal.
+
+Without a command and without -d, open an interactive shell (/bin/sh on a
+terminal) in the new sandbox, and delete the sandbox when it exits (unless
+--keep); this needs a terminal.
+
+Ctrl-C (SIGINT), SIGTERM and SIGHUP are passed to the command; a second one
+stops waiting for it. Errors of dsec itself exit 125, bad usage 2.`,
 		Example: `  dsec run busybox -- echo hello
+  dsec run busybox                       # a shell, gone when you exit it
   dsec run -d --count 10 --label job=eval busybox
+  dsec run -d --idempotency-key job-42 busybox
   dsec run --memory 2G --cpus 2 -e LANG=C.UTF-8 python -- python3 -c 'print(1)'`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			image, argv := args[0], dropDash(args[1:])
-			if count < 1 {
-				return usageErrorf("--count must be at least 1")
-			}
-			if count > 1 && !detach {
+			switch {
+			case count < 1 || count > dsec.MaxBatch:
+				return usageErrorf("--count must be 1 to %d", dsec.MaxBatch)
+			case count > 1 && !detach:
 				return usageErrorf("--count needs -d")
+			case detach && len(argv) > 0:
+				return usageErrorf("-d with a command is not supported: create with -d, then `dsec exec -d ID -- CMD`")
+			case detach && (stdinF || tty):
+				return usageErrorf("-d cannot be combined with -i or -t")
 			}
-			if !detach && len(argv) == 0 {
-				return usageErrorf("interactive shells (dsec run IMAGE without a command) need TTY exec, which this build lacks: use -d, or give a command after --")
+			interactive := !detach && len(argv) == 0
+			var term *os.File
+			if tty || interactive {
+				if term = terminalOf(cmd.InOrStdin()); term == nil {
+					if interactive {
+						return usageErrorf("dsec run IMAGE without a command opens an interactive shell, which needs a terminal on standard input: give a command (dsec run IMAGE -- CMD...) or use -d")
+					}
+					return usageErrorf("-t needs a terminal on standard input (drop -t; -i alone streams piped input)")
+				}
+			}
+			if interactive {
+				argv = []string{"/bin/sh"}
 			}
 			opts, err := cf.options(image)
 			if err != nil {
 				return err
 			}
+			opts.IdempotencyKey = idempotencyKey
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -101,17 +129,7 @@ Errors of dsec itself exit 125.`,
 			defer c.Close()
 			ctx := cmd.Context()
 			if detach {
-				for range count {
-					sb, err := c.Create(ctx, opts)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
-				}
-				if len(argv) > 0 {
-					return usageErrorf("-d with a command is not supported: create with -d, then `dsec exec -d ID -- CMD`")
-				}
-				return nil
+				return createDetached(ctx, c, opts, count, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
 			sb, err := c.Create(ctx, opts)
 			if err != nil {
@@ -122,38 +140,70 @@ Errors of dsec itself exit 125.`,
 					dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 					defer cancel()
 					if err := sb.Delete(dctx); err != nil {
-						fmt.Fprintf(os.Stderr, "dsec: delete sandbox %s: %v\n", sb.ID, err)
+						fmt.Fprintf(cmd.ErrOrStderr(), "dsec: delete sandbox %s: %v\n", sb.ID, err)
 					}
 				}()
 			} else {
 				fmt.Fprintf(cmd.ErrOrStderr(), "sandbox %s kept\n", sb.ID)
 			}
-			st, err := sb.ExecStream(ctx, dsec.ExecRequest{Argv: argv}, cmd.OutOrStdout(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
+			s := &session{sb: sb, req: dsec.ExecRequest{Argv: argv}, stdout: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr(),
+				tty: term, warn: cmd.ErrOrStderr(), ephemeral: !keep}
+			if stdinF || term != nil {
+				s.stdin = cmd.InOrStdin()
 			}
-			if code := st.Code(); code != 0 {
-				return exitError{code}
-			}
-			return nil
+			st, err := s.run(ctx)
+			return exitOf(sb.ID, st, err)
 		},
 	}
 	cf.register(cmd)
 	f := cmd.Flags()
 	f.BoolVarP(&detach, "detach", "d", false, "create and print the sandbox ID; do not run anything")
-	f.BoolVar(&keep, "keep", false, "keep the sandbox after the command")
-	f.IntVar(&count, "count", 1, "with -d, create this many sandboxes")
+	f.BoolVar(&keep, "keep", false, "keep the sandbox after the command or shell")
+	f.IntVar(&count, "count", 1, fmt.Sprintf("with -d, create this many sandboxes in one batch (at most %d)", dsec.MaxBatch))
+	f.StringVar(&idempotencyKey, "idempotency-key", "", "retries with the same key and flags return the same sandbox(es) instead of new ones (kept 24h; item i of --count is keyed KEY/i)")
+	f.BoolVarP(&stdinF, "interactive", "i", false, "stream standard input to the command")
+	f.BoolVarP(&tty, "tty", "t", false, "run the command on a terminal (needs one on standard input; implies -i)")
 	f.SetInterspersed(false)
 	return cmd
 }
 
+// createDetached creates count sandboxes and prints their IDs, one per
+// line; items that fail are reported on errw.
+func createDetached(ctx context.Context, c *dsec.Client, opts dsec.CreateOptions, count int, out, errw io.Writer) error {
+	if count == 1 {
+		sb, err := c.Create(ctx, opts)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(out, sb.ID)
+		return nil
+	}
+	results, err := c.BatchCreate(ctx, opts, count)
+	failed := 0
+	for _, r := range results {
+		if r.Err != nil {
+			failed++
+			fmt.Fprintf(errw, "dsec: sandbox %d of %d: %v\n", r.Index+1, count, r.Err)
+			continue
+		}
+		fmt.Fprintln(out, r.Sandbox.ID)
+	}
+	if err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d sandboxes were not created", failed, count)
+	}
+	return nil
+}
+
 func newExecCmd(g *globalFlags) *cobra.Command {
 	var (
-		env            []string
-		workdir, user  string
-		timeout        time.Duration
-		detach, stdinF bool
-		tty            bool
+		env                 []string
+		workdir, user       string
+		timeout             time.Duration
+		detach, stdinF, tty bool
+		outputLimit         string
 	)
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD...",
@@ -161,17 +211,27 @@ func newExecCmd(g *globalFlags) *cobra.Command {
 		Long: `Run a command in a running sandbox and stream its output.
 
 The exit code is the command's (128+N for signal N, 124 when --timeout killed
-it); errors of dsec itself exit 125. With -d, print the exec ID and return
-while the command runs on. With -i, standard input is read to its end and given
-to the command.`,
+it); errors of dsec itself exit 125, bad usage 2. A command whose end was lost
+(its node restarted) is an error.
+
+-i streams standard input to the command as it is read and closes the
+command's input at its end. -t runs the command on a terminal: the local one
+(which must be a terminal) is put in raw mode, keystrokes go to the command,
+and window size changes follow; the terminal is restored when dsec returns.
+-t implies -i. Output on a terminal is one stream.
+
+With -d, the server starts the command detached: dsec prints its exec ID and
+returns while it runs on (dsec attach ID EXEC_ID follows it later).
+
+Ctrl-C (SIGINT), SIGTERM and SIGHUP are passed to the command; a second one
+stops following it (it runs on).`,
 		Example: `  dsec exec ID -- ls -l /
   dsec exec -w /tmp -e A=1 ID -- sh -c 'echo $A > a'
-  echo data | dsec exec -i ID -- cat`,
+  echo data | dsec exec -i ID -- cat
+  dsec exec -it ID -- /bin/sh
+  dsec exec -d ID -- make -j4`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if tty {
-				return usageErrorf("-t (TTY exec) is not in this build yet")
-			}
 			e, err := parseKV("--env", env)
 			if err != nil {
 				return err
@@ -180,16 +240,20 @@ to the command.`,
 			if len(argv) == 0 {
 				return usageErrorf("no command: dsec exec [flags] ID -- CMD...")
 			}
+			if detach && (stdinF || tty) {
+				return usageErrorf("-d cannot be combined with -i or -t: a detached command gets no input")
+			}
+			var term *os.File
+			if tty {
+				if term = terminalOf(cmd.InOrStdin()); term == nil {
+					return usageErrorf("-t needs a terminal on standard input (drop -t; -i alone streams piped input)")
+				}
+			}
 			req := dsec.ExecRequest{Argv: argv, Env: e, Cwd: workdir, User: user, Timeout: timeout}
-			if stdinF {
-				data, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 64<<20+1))
-				if err != nil {
-					return err
+			if outputLimit != "" {
+				if req.OutputLimit, err = dsec.ParseSize(outputLimit); err != nil {
+					return usageErrorf("--output-limit: %v", err)
 				}
-				if len(data) > 64<<20 {
-					return usageErrorf("-i: standard input is over 64 MiB; copy large data in with dsec cp")
-				}
-				req.Stdin = data
 			}
 			c, err := g.client()
 			if err != nil {
@@ -205,14 +269,12 @@ to the command.`,
 				fmt.Fprintln(cmd.OutOrStdout(), id)
 				return nil
 			}
-			st, err := sb.ExecStream(cmd.Context(), req, cmd.OutOrStdout(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
+			s := &session{sb: sb, req: req, stdout: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr(), tty: term, warn: cmd.ErrOrStderr()}
+			if stdinF || tty {
+				s.stdin = cmd.InOrStdin()
 			}
-			if code := st.Code(); code != 0 {
-				return exitError{code}
-			}
-			return nil
+			st, err := s.run(cmd.Context())
+			return exitOf(sb.ID, st, err)
 		},
 	}
 	f := cmd.Flags()
@@ -220,9 +282,10 @@ to the command.`,
 	f.StringVarP(&workdir, "workdir", "w", "", "working directory (default: the sandbox's)")
 	f.StringVarP(&user, "user", "u", "", "user: NAME, UID or UID:GID (default: the sandbox's)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command's process group after this long (default: none)")
-	f.BoolVarP(&detach, "detach", "d", false, "print the exec ID and return; the command runs on")
-	f.BoolVarP(&stdinF, "interactive", "i", false, "pass standard input to the command")
-	f.BoolVarP(&tty, "tty", "t", false, "allocate a terminal (not yet supported)")
+	f.StringVar(&outputLimit, "output-limit", "", "cap of each output stream, e.g. 64M (default 16M); past it the rest is dropped")
+	f.BoolVarP(&detach, "detach", "d", false, "start the command detached, print its exec ID and return")
+	f.BoolVarP(&stdinF, "interactive", "i", false, "stream standard input to the command")
+	f.BoolVarP(&tty, "tty", "t", false, "run the command on a terminal (needs one on standard input; implies -i)")
 	f.SetInterspersed(false)
 	return cmd
 }

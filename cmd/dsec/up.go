@@ -26,7 +26,7 @@ import (
 func newUpCmd(g *globalFlags) *cobra.Command {
 	var (
 		listen, node, runtime, logLevel string
-		cgroupParent                    string
+		cgroupParent, diskQuota         string
 		detach                          bool
 		uidBase, uidCount               uint32
 		overcommit                      float64
@@ -82,6 +82,7 @@ On first start it writes an admin API key to <state-dir>/admin.key (0600).`,
 	f.StringVar(&reserve, "memory-reserve", "512M", "refuse new sandboxes while less memory than this is available")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup (under each hierarchy's root) that holds every sandbox's cgroup")
+	f.StringVar(&diskQuota, "disk-quota", "auto", "how writable layers are size-limited: auto, project (XFS project quotas), image (a file system image per sandbox) or off")
 	return cmd
 }
 
@@ -156,8 +157,8 @@ func tail(path string, n int) string {
 
 func newKeeperCmd(g *globalFlags) *cobra.Command {
 	var (
-		runtime, cgroupParent string
-		uidBase, uidCount     uint32
+		runtime, cgroupParent, diskQuota string
+		uidBase, uidCount                uint32
 	)
 	cmd := &cobra.Command{
 		Use:    "keeper",
@@ -169,7 +170,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			err := keeper.Run(ctx, keeper.Config{
-				StateDir: g.resolvedStateDir(), Runtime: runtime, CgroupParent: cgroupParent,
+				StateDir: g.resolvedStateDir(), Runtime: runtime, CgroupParent: cgroupParent, DiskQuota: diskQuota,
 				IDMap:   rootfs.IDMap{HostID: uidBase, Size: uidCount},
 				Version: buildVersion(), Logger: log,
 			})
@@ -182,6 +183,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&runtime, "runtime", "", "OCI runtime")
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup holding every sandbox")
+	f.StringVar(&diskQuota, "disk-quota", "auto", "auto, project, image or off")
 	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the sandboxes' range")
 	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "size of the range")
 	return cmd

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -249,6 +250,10 @@ func (f *FS) removeImage(name string) error {
 	if err := unmount(dir); err != nil {
 		return err
 	}
+	// The kernel unbinds an autoclear loop device after the last user
+	// goes, asynchronously; wait a little so that a removed directory
+	// leaves no device behind when Remove returns.
+	waitLoopReleased(f.imagePath(name), 2*time.Second)
 	if err := os.Remove(f.imagePath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove disk quota image: %w", err)
 	}
@@ -392,4 +397,30 @@ func copyImage(from, to string) (err error) {
 		return fmt.Errorf("rename image: %w", err)
 	}
 	return nil
+}
+
+// waitLoopReleased waits until no loop device is bound to image, or d.
+func waitLoopReleased(image string, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for {
+		if !loopBound(image) || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// loopBound reports whether a loop device is bound to image.
+func loopBound(image string) bool {
+	ents, _ := os.ReadDir("/sys/block")
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "loop") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/sys/block", e.Name(), "loop", "backing_file"))
+		if err == nil && strings.TrimSpace(string(b)) == image {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 )
 
@@ -130,4 +131,28 @@ func TestExecEnv(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("execEnv = %v, want %v", got, want)
 	}
+}
+
+// FuzzCreateParams feeds arbitrary create requests to validation: it must
+// never panic, and every refusal is InvalidArgument.
+func FuzzCreateParams(f *testing.F) {
+	f.Add("busybox", "job", "eval", "A", "1", "agent", int64(512<<20), 1.5, int64(100), int64(3600))
+	f.Add("", "bad key!", "", "1A", "x\x00", "a:b:c", int64(-1), -0.5, int64(-3), int64(-1))
+	f.Fuzz(func(t *testing.T, image, lk, lv, ek, ev, user string, mem int64, cpus float64, pids, ttl int64) {
+		e := &Edge{cfg: Config{Node: "n", CPUs: 2, DefaultBackend: "container", Defaults: ContractDefaults}}
+		p := CreateParams{
+			Image: image, Labels: map[string]string{lk: lv}, Env: map[string]string{ek: ev}, User: user,
+			Resources: sandbox.Resources{MemoryBytes: mem, CPUs: cpus, Pids: pids},
+			TTL:       time.Duration(ttl) * time.Second,
+		}
+		err := e.normalize(&p)
+		if err != nil && !errdefs.Is(err, errdefs.ErrInvalidArgument) {
+			t.Fatalf("normalize = %v, want nil or InvalidArgument", err)
+		}
+		if err == nil {
+			if p.Resources.MemoryBytes <= 0 || p.Resources.CPUs <= 0 || p.Resources.CPUs > 2 || p.Resources.Pids <= 0 || p.TTL <= 0 {
+				t.Fatalf("normalize accepted %+v", p)
+			}
+		}
+	})
 }

@@ -26,6 +26,24 @@
 // gives context.Canceled. A command that runs and fails is not an error:
 // its ExitStatus says how it ended.
 //
+// # Commands
+//
+// Exec and Shell run a command to its end and collect its output;
+// ExecStream streams it. Start returns a Process for interactive use: write
+// its input (Process.Stdin, with ExecRequest.StdinOpen or TTY), resize its
+// terminal, signal it, and Wait for its output and exit. ExecDetached starts
+// a command that runs on by itself; Attach follows any command again by its
+// exec ID, from byte offsets of its output, and ListExecs lists them all.
+//
+// # Files
+//
+// ReadFile, WriteFile, Download and Upload move single files; Stat,
+// ListDir, MakeDir, Remove and Rename act on the sandbox's tree.
+// DownloadTar and UploadTar move trees as tar streams, and UploadDir and
+// DownloadDir copy local directories in and out. DownloadDir extracts
+// through an os.Root, so an archive from a hostile sandbox cannot write
+// outside the target directory.
+//
 // # Connections
 //
 // The Client speaks Connect over HTTP/2 without TLS (h2c, prior knowledge)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"time"
 
 	"connectrpc.com/connect"
@@ -34,6 +35,21 @@ type ExecRequest struct {
 	// Timeout kills the command's process group after this long (default:
 	// no limit beyond the sandbox's TTLs).
 	Timeout time.Duration
+	// StdinOpen keeps standard input open after Stdin, for WriteStdin (and
+	// Process.Stdin) to write more; a TTY command's is always open.
+	StdinOpen bool
+	// TTY runs the command on a terminal of Rows x Cols (default 24x80).
+	// Its output then comes as one stream, stdout.
+	TTY  bool
+	Rows int
+	Cols int
+	// OutputLimit caps each output stream in bytes (default 16 MiB): past
+	// it the command runs on, the rest of its output is dropped and the
+	// exit status says so.
+	OutputLimit int64
+	// Detach asks the server to answer right after the command started;
+	// ExecDetached sets it, ExecStream refuses it.
+	Detach bool
 }
 
 // ExecOption changes an ExecRequest.
@@ -61,6 +77,18 @@ func WithStdin(data []byte) ExecOption { return func(r *ExecRequest) { r.Stdin =
 // WithTimeout kills the command after d; the result then says TimedOut.
 func WithTimeout(d time.Duration) ExecOption { return func(r *ExecRequest) { r.Timeout = d } }
 
+// WithTTY runs the command on a terminal of rows x cols (0 takes the
+// default, 24x80). Its output then comes as one stream, stdout.
+func WithTTY(rows, cols int) ExecOption {
+	return func(r *ExecRequest) { r.TTY, r.Rows, r.Cols = true, rows, cols }
+}
+
+// WithStdinOpen keeps the command's standard input open for WriteStdin.
+func WithStdinOpen() ExecOption { return func(r *ExecRequest) { r.StdinOpen = true } }
+
+// WithOutputLimit caps each of the command's output streams at n bytes.
+func WithOutputLimit(n int64) ExecOption { return func(r *ExecRequest) { r.OutputLimit = n } }
+
 // ExitStatus is how a command ended. A command that ran and failed is not
 // an error: look at ExitCode, Signal, TimedOut and OOMKilled.
 type ExitStatus struct {
@@ -80,6 +108,10 @@ type ExitStatus struct {
 	StderrTruncated bool
 	// Duration is how long the command ran.
 	Duration time.Duration
+	// Lost: the command's end was not observed (its node's keeper
+	// restarted while it ran); it may have ended any way, and the other
+	// fields say nothing.
+	Lost bool
 }
 
 // Code returns the exit code a shell reports for the command, as the CLI
@@ -147,18 +179,15 @@ func (s *Sandbox) collect(ctx context.Context, req ExecRequest) (*ExecResult, er
 // running: ExecStream then returns a status whose only field is ExecID
 // along with the error, so that the caller can attach to it later. A stream
 // that ends without the command's exit is ErrUnavailable.
+//
+// A command with StdinOpen or a TTY is better started with Start, which
+// gives its exec ID (and a writer for its input) before it ends.
 func (s *Sandbox) ExecStream(ctx context.Context, req ExecRequest, stdout, stderr io.Writer) (*ExitStatus, error) {
-	if err := s.check(); err != nil {
+	if err := s.checkExec(req); err != nil {
 		return nil, err
 	}
-	if (len(req.Argv) == 0) == (req.Shell == "") {
-		return nil, newError(ErrInvalidArgument, "exec: give either a command (argv) or a shell line, not both or neither (example: []string{\"ls\", \"-l\"})")
-	}
-	if stdout == nil {
-		stdout = io.Discard
-	}
-	if stderr == nil {
-		stderr = io.Discard
+	if req.Detach {
+		return nil, newError(ErrInvalidArgument, "exec: ExecStream waits for the command; use ExecDetached to start it detached")
 	}
 	// Canceled on return, so the stream is torn down on every path.
 	ctx, cancel := context.WithCancel(ctx)
@@ -169,8 +198,55 @@ func (s *Sandbox) ExecStream(ctx context.Context, req ExecRequest, stdout, stder
 		return nil, s.c.err(err)
 	}
 	defer stream.Close()
+	return s.follow(ctx, &execEvents{stream: stream}, "", stdout, stderr)
+}
 
-	var execID string
+// checkExec validates req before it is sent.
+func (s *Sandbox) checkExec(req ExecRequest) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if (len(req.Argv) == 0) == (req.Shell == "") {
+		return newError(ErrInvalidArgument, "exec: give either a command (argv) or a shell line, not both or neither (example: []string{\"ls\", \"-l\"})")
+	}
+	if req.Rows < 0 || req.Rows > math.MaxUint16 || req.Cols < 0 || req.Cols > math.MaxUint16 {
+		return newError(ErrInvalidArgument, "exec: terminal size %dx%d is out of range (0 to 65535 each)", req.Rows, req.Cols)
+	}
+	if req.OutputLimit < 0 {
+		return newError(ErrInvalidArgument, "exec: output limit %d is negative", req.OutputLimit)
+	}
+	return nil
+}
+
+// execEvents yields an exec stream's events: first those already read
+// (pending), then the stream's.
+type execEvents struct {
+	stream  *connect.ServerStreamForClient[sandboxv1.ExecResponse]
+	pending []*sandboxv1.ExecResponse
+}
+
+func (e *execEvents) next() (*sandboxv1.ExecResponse, bool) {
+	if len(e.pending) > 0 {
+		m := e.pending[0]
+		e.pending = e.pending[1:]
+		return m, true
+	}
+	if e.stream.Receive() {
+		return e.stream.Msg(), true
+	}
+	return nil, false
+}
+
+// follow writes the output events yields until the command's exit and
+// returns that; execID is the command's ID when already known. See
+// ExecStream for the errors.
+func (s *Sandbox) follow(ctx context.Context, events *execEvents, execID string, stdout, stderr io.Writer) (*ExitStatus, error) {
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
 	// failed returns err, with the exec ID when the command started.
 	failed := func(err error) (*ExitStatus, error) {
 		if execID == "" {
@@ -184,8 +260,12 @@ func (s *Sandbox) ExecStream(ctx context.Context, req ExecRequest, stdout, stder
 		}
 		return &ExitStatus{ExecID: execID}, err
 	}
-	for stream.Receive() {
-		switch ev := stream.Msg().GetEvent().(type) {
+	for {
+		msg, ok := events.next()
+		if !ok {
+			break
+		}
+		switch ev := msg.GetEvent().(type) {
 		case *sandboxv1.ExecResponse_Started:
 			execID = ev.Started.GetExecId()
 		case *sandboxv1.ExecResponse_Output:
@@ -201,7 +281,7 @@ func (s *Sandbox) ExecStream(ctx context.Context, req ExecRequest, stdout, stder
 		}
 		// Keepalives and events this version does not know are skipped.
 	}
-	if err := stream.Err(); err != nil {
+	if err := events.stream.Err(); err != nil {
 		return failed(s.c.err(err))
 	}
 	if ctx.Err() != nil {
@@ -222,6 +302,7 @@ func exitStatus(execID string, e *sandboxv1.ExecExit) *ExitStatus {
 		OOMKilled:       e.GetOomKilled(),
 		StdoutTruncated: e.GetStdoutTruncated(),
 		StderrTruncated: e.GetStderrTruncated(),
+		Lost:            e.GetLost(),
 	}
 	if e.GetDuration() != nil {
 		st.Duration = e.GetDuration().AsDuration()
@@ -238,27 +319,33 @@ func streamName(s sandboxv1.Stream) string {
 
 func (s *Sandbox) execRequest(req ExecRequest) *sandboxv1.ExecRequest {
 	return &sandboxv1.ExecRequest{
-		SandboxId: s.ID,
-		Argv:      req.Argv,
-		Shell:     req.Shell,
-		Env:       req.Env,
-		Cwd:       req.Cwd,
-		User:      req.User,
-		Stdin:     req.Stdin,
-		Timeout:   optDuration(req.Timeout),
+		SandboxId:   s.ID,
+		Argv:        req.Argv,
+		Shell:       req.Shell,
+		Env:         req.Env,
+		Cwd:         req.Cwd,
+		User:        req.User,
+		Stdin:       req.Stdin,
+		Timeout:     optDuration(req.Timeout),
+		StdinOpen:   req.StdinOpen,
+		Tty:         req.TTY,
+		Rows:        uint32(req.Rows),
+		Cols:        uint32(req.Cols),
+		OutputLimit: req.OutputLimit,
+		Detach:      req.Detach,
 	}
 }
 
 // ExecDetached starts a command and returns its exec ID as soon as it
-// runs, without waiting for it: the command runs on in the sandbox and its
-// output is kept there.
+// runs, without waiting for it: the server detaches it, the command runs
+// on in the sandbox and its output is kept there for Attach. Its standard
+// input is closed after req.Stdin unless req.StdinOpen (then write it with
+// WriteStdin).
 func (s *Sandbox) ExecDetached(ctx context.Context, req ExecRequest) (string, error) {
-	if err := s.check(); err != nil {
+	if err := s.checkExec(req); err != nil {
 		return "", err
 	}
-	if (len(req.Argv) == 0) == (req.Shell == "") {
-		return "", newError(ErrInvalidArgument, "exec: give either a command (argv) or a shell line, not both or neither")
-	}
+	req.Detach = true
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := s.c.sandboxes.Exec(ctx, connect.NewRequest(s.execRequest(req)))

@@ -1,6 +1,7 @@
 package dsec
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/dsecproject/dsec/api/dsec/admin/v1"
@@ -53,6 +56,23 @@ type fake struct {
 
 	// writeDone receives the result of each WriteFile call when it ends.
 	writeDone chan error
+
+	// Calls of the API's second half, recorded as they come.
+	batchReq  *sandboxv1.BatchCreateRequest
+	batchErrs map[int]*sandboxv1.ItemError // items that fail
+	calls     []proto.Message              // unary requests, in order
+	watchReq  *sandboxv1.WatchRequest
+	// watch, when set, plays a watch stream.
+	watch func(ctx context.Context, send func(*sandboxv1.WatchResponse) error) error
+	stats *sandboxv1.StatsResponse
+	// attach, when set, plays an attach stream.
+	attach    func(ctx context.Context, req *sandboxv1.AttachRequest, send func(*sandboxv1.ExecResponse) error) error
+	execInfos []*sandboxv1.ExecInfo
+	// stdin receives every WriteStdin request.
+	stdin   chan *sandboxv1.WriteStdinRequest
+	tars    map[string][]byte // UploadTar archives by sandbox ID + dir
+	tarHead *sandboxv1.UploadTarHeader
+	dirs    map[string][]*sandboxv1.FileInfo // ListDir answers by path
 }
 
 type seenRequest struct {
@@ -69,6 +89,9 @@ func newFake() *fake {
 		layers:    map[string]*imagev1.Layer{},
 		images:    map[string]*imagev1.Image{},
 		writeDone: make(chan error, 16),
+		stdin:     make(chan *sandboxv1.WriteStdinRequest, 64),
+		tars:      map[string][]byte{},
+		dirs:      map[string][]*sandboxv1.FileInfo{},
 	}
 }
 
@@ -170,25 +193,30 @@ func (f *fake) Create(_ context.Context, req *connect.Request[sandboxv1.CreateRe
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.createReq = req.Msg
+	return connect.NewResponse(&sandboxv1.CreateResponse{Sandbox: f.newSandboxLocked(req.Msg)}), nil
+}
+
+// newSandboxLocked makes a running sandbox from req; f.mu is held.
+func (f *fake) newSandboxLocked(req *sandboxv1.CreateRequest) *sandboxv1.Sandbox {
 	id := "sb-" + string(rune('a'+len(f.sandboxes)))
 	sb := &sandboxv1.Sandbox{
 		Id:        id,
-		Image:     req.Msg.GetImage(),
-		Labels:    req.Msg.GetLabels(),
+		Image:     req.GetImage(),
+		Labels:    req.GetLabels(),
 		State:     sandboxv1.State_STATE_RUNNING,
-		Resources: req.Msg.GetResources(),
+		Resources: req.GetResources(),
 		Node:      "node-1",
 		Backend:   "container",
 		Project:   "default",
 		CreatedAt: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
 		ExpiresAt: timestamppb.New(time.Date(2026, 1, 2, 4, 4, 5, 0, time.UTC)),
-		IdleTtl:   req.Msg.GetIdleTtl(),
-		User:      req.Msg.GetUser(),
-		Workdir:   req.Msg.GetWorkdir(),
-		Env:       req.Msg.GetEnv(),
+		IdleTtl:   req.GetIdleTtl(),
+		User:      req.GetUser(),
+		Workdir:   req.GetWorkdir(),
+		Env:       req.GetEnv(),
 	}
 	f.sandboxes[id] = sb
-	return connect.NewResponse(&sandboxv1.CreateResponse{Sandbox: sb}), nil
+	return sb
 }
 
 func (f *fake) Get(_ context.Context, req *connect.Request[sandboxv1.GetRequest]) (*connect.Response[sandboxv1.GetResponse], error) {
@@ -464,4 +492,266 @@ func (f *fake) lastLayerHeader() *imagev1.UploadLayerHeader {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.layerHeader
+}
+
+// The sandbox API's second half.
+
+func (f *fake) recordCall(m proto.Message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, m)
+}
+
+// lastCall returns the last unary request recorded.
+func (f *fake) lastCall() proto.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.calls) == 0 {
+		return nil
+	}
+	return f.calls[len(f.calls)-1]
+}
+
+func (f *fake) BatchCreate(_ context.Context, req *connect.Request[sandboxv1.BatchCreateRequest]) (*connect.Response[sandboxv1.BatchCreateResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.batchReq = req.Msg
+	resp := &sandboxv1.BatchCreateResponse{}
+	for i := range int(req.Msg.GetCount()) {
+		r := &sandboxv1.BatchCreateResult{Index: int32(i)}
+		if e, ok := f.batchErrs[i]; ok {
+			r.Error = e
+		} else {
+			r.Sandbox = f.newSandboxLocked(req.Msg.GetTemplate())
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (f *fake) sandbox(id string) (*sandboxv1.Sandbox, error) {
+	sb, ok := f.sandboxes[id]
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("sandbox "+id+": not found"))
+	}
+	return sb, nil
+}
+
+func (f *fake) SetTimeout(_ context.Context, req *connect.Request[sandboxv1.SetTimeoutRequest]) (*connect.Response[sandboxv1.SetTimeoutResponse], error) {
+	f.recordCall(req.Msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, err := f.sandbox(req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if d := req.Msg.GetTtl(); d != nil {
+		sb.ExpiresAt = timestamppb.New(sb.GetCreatedAt().AsTime().Add(d.AsDuration()))
+	}
+	if d := req.Msg.GetIdleTtl(); d != nil {
+		sb.IdleTtl = durationpb.New(d.AsDuration())
+	}
+	return connect.NewResponse(&sandboxv1.SetTimeoutResponse{Sandbox: sb}), nil
+}
+
+func (f *fake) UpdateLabels(_ context.Context, req *connect.Request[sandboxv1.UpdateLabelsRequest]) (*connect.Response[sandboxv1.UpdateLabelsResponse], error) {
+	f.recordCall(req.Msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, err := f.sandbox(req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]string{}
+	for k, v := range sb.GetLabels() {
+		labels[k] = v
+	}
+	for _, k := range req.Msg.GetRemove() {
+		delete(labels, k)
+	}
+	for k, v := range req.Msg.GetSet() {
+		labels[k] = v
+	}
+	sb.Labels = labels
+	return connect.NewResponse(&sandboxv1.UpdateLabelsResponse{Sandbox: sb}), nil
+}
+
+func (f *fake) Watch(ctx context.Context, req *connect.Request[sandboxv1.WatchRequest], stream *connect.ServerStream[sandboxv1.WatchResponse]) error {
+	f.mu.Lock()
+	f.watchReq = req.Msg
+	play := f.watch
+	f.mu.Unlock()
+	if play == nil {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("no watch scripted"))
+	}
+	return play(ctx, stream.Send)
+}
+
+func (f *fake) Stats(_ context.Context, req *connect.Request[sandboxv1.StatsRequest]) (*connect.Response[sandboxv1.StatsResponse], error) {
+	f.recordCall(req.Msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.sandbox(req.Msg.GetId()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(f.stats), nil
+}
+
+func (f *fake) Attach(ctx context.Context, req *connect.Request[sandboxv1.AttachRequest], stream *connect.ServerStream[sandboxv1.ExecResponse]) error {
+	f.recordCall(req.Msg)
+	f.mu.Lock()
+	play := f.attach
+	f.mu.Unlock()
+	if play == nil {
+		return connect.NewError(connect.CodeNotFound, errors.New("exec "+req.Msg.GetExecId()+": not found"))
+	}
+	return play(ctx, req.Msg, stream.Send)
+}
+
+func (f *fake) WriteStdin(_ context.Context, req *connect.Request[sandboxv1.WriteStdinRequest]) (*connect.Response[sandboxv1.WriteStdinResponse], error) {
+	select {
+	case f.stdin <- req.Msg:
+	default:
+		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("fake stdin is full"))
+	}
+	return connect.NewResponse(&sandboxv1.WriteStdinResponse{}), nil
+}
+
+func (f *fake) Signal(_ context.Context, req *connect.Request[sandboxv1.SignalRequest]) (*connect.Response[sandboxv1.SignalResponse], error) {
+	f.recordCall(req.Msg)
+	return connect.NewResponse(&sandboxv1.SignalResponse{}), nil
+}
+
+func (f *fake) ResizeTTY(_ context.Context, req *connect.Request[sandboxv1.ResizeTTYRequest]) (*connect.Response[sandboxv1.ResizeTTYResponse], error) {
+	f.recordCall(req.Msg)
+	return connect.NewResponse(&sandboxv1.ResizeTTYResponse{}), nil
+}
+
+func (f *fake) ListExecs(_ context.Context, req *connect.Request[sandboxv1.ListExecsRequest]) (*connect.Response[sandboxv1.ListExecsResponse], error) {
+	f.recordCall(req.Msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return connect.NewResponse(&sandboxv1.ListExecsResponse{Execs: f.execInfos}), nil
+}
+
+var fakeTime = timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+
+func (f *fake) Stat(_ context.Context, req *connect.Request[sandboxv1.StatRequest]) (*connect.Response[sandboxv1.StatResponse], error) {
+	f.recordCall(req.Msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := req.Msg.GetSandboxId() + req.Msg.GetPath()
+	if data, ok := f.files[key]; ok {
+		return connect.NewResponse(&sandboxv1.StatResponse{Info: &sandboxv1.FileInfo{
+			Path: req.Msg.GetPath(), Size: int64(len(data)), Mode: 0o644, Type: "file", ModTime: fakeTime}}), nil
+	}
+	if _, ok := f.dirs[req.Msg.GetPath()]; ok {
+		return connect.NewResponse(&sandboxv1.StatResponse{Info: &sandboxv1.FileInfo{
+			Path: req.Msg.GetPath(), Size: 4096, Mode: 0o755, IsDir: true, Type: "dir", ModTime: fakeTime}}), nil
+	}
+	return nil, connect.NewError(connect.CodeNotFound, errors.New(req.Msg.GetPath()+": no such file"))
+}
+
+func (f *fake) ListDir(_ context.Context, req *connect.Request[sandboxv1.ListDirRequest]) (*connect.Response[sandboxv1.ListDirResponse], error) {
+	f.recordCall(req.Msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	entries, ok := f.dirs[req.Msg.GetPath()]
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New(req.Msg.GetPath()+": no such directory"))
+	}
+	return connect.NewResponse(&sandboxv1.ListDirResponse{Entries: entries, Truncated: len(entries) > 2}), nil
+}
+
+func (f *fake) MakeDir(_ context.Context, req *connect.Request[sandboxv1.MakeDirRequest]) (*connect.Response[sandboxv1.MakeDirResponse], error) {
+	f.recordCall(req.Msg)
+	return connect.NewResponse(&sandboxv1.MakeDirResponse{Info: &sandboxv1.FileInfo{Path: req.Msg.GetPath(), IsDir: true}}), nil
+}
+
+func (f *fake) Remove(_ context.Context, req *connect.Request[sandboxv1.RemoveRequest]) (*connect.Response[sandboxv1.RemoveResponse], error) {
+	f.recordCall(req.Msg)
+	if req.Msg.GetPath() == "/nonempty" && !req.Msg.GetRecursive() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("/nonempty: directory not empty; remove it recursively"))
+	}
+	return connect.NewResponse(&sandboxv1.RemoveResponse{}), nil
+}
+
+func (f *fake) Rename(_ context.Context, req *connect.Request[sandboxv1.RenameRequest]) (*connect.Response[sandboxv1.RenameResponse], error) {
+	f.recordCall(req.Msg)
+	if req.Msg.GetTo() == "/exists" && !req.Msg.GetOverwrite() {
+		return nil, connect.NewError(connect.CodeAlreadyExists, errors.New("/exists: already exists"))
+	}
+	return connect.NewResponse(&sandboxv1.RenameResponse{}), nil
+}
+
+// DownloadTar serves the archive stored for the path, in chunks of 1000
+// bytes to exercise reassembly; a path "/fail-after" sends some data, then
+// fails.
+func (f *fake) DownloadTar(_ context.Context, req *connect.Request[sandboxv1.DownloadTarRequest], stream *connect.ServerStream[sandboxv1.DownloadTarResponse]) error {
+	f.mu.Lock()
+	data, ok := f.tars[req.Msg.GetSandboxId()+req.Msg.GetPath()]
+	f.mu.Unlock()
+	if !ok {
+		return connect.NewError(connect.CodeNotFound, errors.New(req.Msg.GetPath()+": no such file or directory"))
+	}
+	for len(data) > 0 {
+		n := min(len(data), 1000)
+		if err := stream.Send(&sandboxv1.DownloadTarResponse{Data: data[:n]}); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	if req.Msg.GetPath() == "/fail-after" {
+		return connect.NewError(connect.CodeResourceExhausted, errors.New("archive larger than the limit"))
+	}
+	return nil
+}
+
+// UploadTar keeps the archive for DownloadTar of the same path and counts
+// its entries.
+func (f *fake) UploadTar(_ context.Context, stream *connect.ClientStream[sandboxv1.UploadTarRequest]) (*connect.Response[sandboxv1.UploadTarResponse], error) {
+	var header *sandboxv1.UploadTarHeader
+	var buf bytes.Buffer
+	for stream.Receive() {
+		switch m := stream.Msg().GetMsg().(type) {
+		case *sandboxv1.UploadTarRequest_Header:
+			header = m.Header
+		case *sandboxv1.UploadTarRequest_Data:
+			if header == nil {
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("data before header"))
+			}
+			buf.Write(m.Data)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	if header == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("no header"))
+	}
+	resp := &sandboxv1.UploadTarResponse{}
+	tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			resp.Dirs++
+		case tar.TypeSymlink, tar.TypeLink:
+			resp.Links++
+		default:
+			resp.Files++
+			resp.Bytes += hdr.Size
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tarHead = header
+	f.tars[header.GetSandboxId()+header.GetPath()] = buf.Bytes()
+	return connect.NewResponse(resp), nil
 }

@@ -17,12 +17,30 @@ import (
 // chunkSize is the most data one streamed message carries.
 const chunkSize = 1 << 20
 
+// File types (FileInfo.Type).
+const (
+	TypeFile    = "file"
+	TypeDir     = "dir"
+	TypeSymlink = "symlink"
+	TypeFIFO    = "fifo"
+	TypeSocket  = "socket"
+	TypeDevice  = "device"
+)
+
 // FileInfo describes a file in a sandbox.
 type FileInfo struct {
 	// Path is the file's path in the sandbox.
 	Path string
-	Size int64
-	// Mode holds the permission bits (with fs.ModeDir for a directory).
+	// Name is the base name (set in directory listings).
+	Name string
+	// Type is one of the Type* constants; empty when the server did not
+	// say.
+	Type string
+	// LinkTarget is a symlink's target.
+	LinkTarget string
+	Size       int64
+	// Mode holds the permission bits and the type bits (fs.ModeDir,
+	// fs.ModeSymlink, …).
 	Mode    fs.FileMode
 	ModTime time.Time
 	IsDir   bool
@@ -31,7 +49,10 @@ type FileInfo struct {
 	GID int
 }
 
-// FileOption changes how WriteFile and Upload write a file.
+// FileOption changes how WriteFile, Upload, MakeDir, UploadTar and
+// UploadDir create files. UploadTar and UploadDir take the owner and
+// WithMakeParents (which creates the destination directory) and ignore
+// the mode: the archive's modes are kept.
 type FileOption func(*fileOptions)
 
 type fileOptions struct {
@@ -40,19 +61,21 @@ type fileOptions struct {
 	owner       string
 }
 
-// WithMode sets the file's permission bits (default 0644). Setuid, setgid
-// and sticky bits are kept; other type bits are ignored.
+// WithMode sets the file's permission bits (default 0644, 0755 for
+// MakeDir). Setuid, setgid and sticky bits are kept; other type bits are
+// ignored.
 func WithMode(mode fs.FileMode) FileOption {
 	return func(o *fileOptions) { o.mode = unixMode(mode) }
 }
 
-// WithMakeParents creates missing parent directories (mode 0755).
+// WithMakeParents creates missing parent directories (mode 0755); for
+// UploadTar and UploadDir, the destination directory too.
 func WithMakeParents() FileOption {
 	return func(o *fileOptions) { o.makeParents = true }
 }
 
-// WithOwner makes user own the file: a name, uid or uid:gid in the sandbox
-// (default root).
+// WithOwner makes user own the file (or directory, or everything
+// extracted): a name, uid or uid:gid in the sandbox (default root).
 func WithOwner(user string) FileOption {
 	return func(o *fileOptions) { o.owner = user }
 }
@@ -187,15 +210,28 @@ func closeAndReceive[Req, Res any](stream *connect.ClientStreamForClient[Req, Re
 	return resp, nil
 }
 
+// typeModes are the fs.FileMode type bits of the file types.
+var typeModes = map[string]fs.FileMode{
+	TypeDir:     fs.ModeDir,
+	TypeSymlink: fs.ModeSymlink,
+	TypeFIFO:    fs.ModeNamedPipe,
+	TypeSocket:  fs.ModeSocket,
+	TypeDevice:  fs.ModeDevice,
+}
+
 func fileInfo(p *sandboxv1.FileInfo) FileInfo {
+	isDir := p.GetIsDir() || p.GetType() == TypeDir
 	fi := FileInfo{
-		Path:    p.GetPath(),
-		Size:    p.GetSize(),
-		Mode:    goMode(p.GetMode(), p.GetIsDir()),
-		ModTime: timeOf(p.GetModTime()),
-		IsDir:   p.GetIsDir(),
-		UID:     int(p.GetUid()),
-		GID:     int(p.GetGid()),
+		Path:       p.GetPath(),
+		Name:       p.GetName(),
+		Type:       p.GetType(),
+		LinkTarget: p.GetLinkTarget(),
+		Size:       p.GetSize(),
+		Mode:       goMode(p.GetMode(), isDir) | typeModes[p.GetType()],
+		ModTime:    timeOf(p.GetModTime()),
+		IsDir:      isDir,
+		UID:        int(p.GetUid()),
+		GID:        int(p.GetGid()),
 	}
 	return fi
 }

@@ -102,16 +102,30 @@ type CreateOptions struct {
 	// Backend is the isolation backend (default "container").
 	Backend string
 	// IdempotencyKey makes retries of the same create return the same
-	// sandbox (kept 24h per API key).
+	// sandbox (kept 24h per API key). In BatchCreate, item i is keyed
+	// IdempotencyKey/i.
 	IdempotencyKey string
 }
 
 // Create starts a sandbox and returns it once it runs.
 func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	req, err := createRequest(opts)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.sandboxes.Create(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, c.err(err)
+	}
+	return c.sandboxFromProto(resp.Msg.GetSandbox()), nil
+}
+
+// createRequest is opts on the wire.
+func createRequest(opts CreateOptions) (*sandboxv1.CreateRequest, error) {
 	if opts.Image == "" {
 		return nil, newError(ErrInvalidArgument, "create: no image given (example: debian:12)")
 	}
-	req := &sandboxv1.CreateRequest{
+	return &sandboxv1.CreateRequest{
 		Image:  opts.Image,
 		Labels: opts.Labels,
 		Resources: &sandboxv1.Resources{
@@ -127,12 +141,7 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 		IdleTtl:        optDuration(opts.IdleTTL),
 		Backend:        opts.Backend,
 		IdempotencyKey: opts.IdempotencyKey,
-	}
-	resp, err := c.sandboxes.Create(ctx, connect.NewRequest(req))
-	if err != nil {
-		return nil, c.err(err)
-	}
-	return c.sandboxFromProto(resp.Msg.GetSandbox()), nil
+	}, nil
 }
 
 // Get returns the sandbox with the given ID.
