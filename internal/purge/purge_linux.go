@@ -35,10 +35,18 @@ func Run(ctx context.Context, cfg Config) error {
 		parent = "dsec"
 	}
 
-	// 1. dsec up, so nothing recreates what we remove.
+	// 1. dsec up, so nothing recreates what we remove: the one recorded,
+	// and any dsec process (up, keeper) holding files of the state dir.
 	if rc.UpPid > 0 && isDsec(rc.UpPid) {
 		say("stopping dsec up (pid %d)", rc.UpPid)
 		stopProcess(rc.UpPid, 15*time.Second)
+	}
+	for _, pid := range dsecUsing(cfg.StateDir) {
+		if isKeeper(pid) {
+			continue // stopped below, with its sandboxes
+		}
+		say("stopping dsec (pid %d) that uses %s", pid, cfg.StateDir)
+		stopProcess(pid, 15*time.Second)
 	}
 	// 2. The keeper, with its sandboxes; its mount namespace goes with it.
 	kc := keeper.NewClient(cfg.StateDir)
@@ -52,6 +60,12 @@ func Run(ctx context.Context, cfg Config) error {
 		if isDsec(v.Pid) {
 			stopProcess(v.Pid, 5*time.Second)
 		}
+	}
+	// A keeper that does not answer is stopped all the same; its
+	// sandboxes are killed with the cgroups below.
+	for _, pid := range dsecUsing(cfg.StateDir) {
+		say("stopping dsec (pid %d) that uses %s", pid, cfg.StateDir)
+		stopProcess(pid, 5*time.Second)
 	}
 	// 3. Every process still in a sandbox cgroup, then the cgroups.
 	n, err := killCgroupProcs(parent)
@@ -110,6 +124,33 @@ func isDsec(pid int) bool {
 		return false
 	}
 	return filepath.Base(strings.Split(string(b), "\x00")[0]) == "dsec"
+}
+
+// dsecUsing lists dsec processes with a file open under dir.
+func dsecUsing(dir string) []int {
+	procs, _ := os.ReadDir("/proc")
+	var out []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() || !isDsec(pid) {
+			continue
+		}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+			if err == nil && (target == dir || strings.HasPrefix(target, dir+"/")) {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func isKeeper(pid int) bool {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	args := strings.Split(string(b), "\x00")
+	return len(args) > 1 && args[1] == "keeper"
 }
 
 func stopProcess(pid int, grace time.Duration) {
