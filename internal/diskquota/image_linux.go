@@ -287,6 +287,9 @@ func (f *FS) closeImage() error {
 	for _, d := range dirs {
 		errs = append(errs, unmount(d.Path))
 	}
+	for _, d := range dirs {
+		waitLoopReleased(f.imagePath(d.Name), 2*time.Second)
+	}
 	return errors.Join(errs...)
 }
 
