@@ -219,3 +219,39 @@ func testConformance(t *testing.T, runtime string) {
 		return f
 	})
 }
+
+// TestKeeperRestartReportsLostExecs restarts the keeper itself (not just
+// the edge) while a command runs: the sandbox is adopted and keeps
+// working, and the command whose end nobody saw is reported lost, never
+// dropped silently.
+func TestKeeperRestartReportsLostExecs(t *testing.T) {
+	n := newNode(t)
+	b := n.open(t)
+	ctx := context.Background()
+	id := "lost-" + hex.EncodeToString([]byte{byte(time.Now().UnixNano())})
+	if _, err := b.Create(ctx, sandbox.Spec{ID: id, Layers: n.layers, Resources: sandbox.Resources{MemoryBytes: 64 << 20, CPUs: 1, Pids: 64, DiskBytes: 64 << 20}}); err != nil {
+		t.Fatalf("Create = %v", err)
+	}
+	if err := b.StartExec(ctx, id, sandbox.ExecSpec{ID: "slow", Argv: []string{"sleep", "2"}, Env: []string{"PATH=/bin"}}); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := b.Keeper().Version(ctx)
+	if err := b.Keeper().Shutdown(ctx, false); err != nil {
+		t.Fatalf("keeper shutdown = %v", err)
+	}
+	waitGone(t, v.Pid)
+	b.Close()
+	b2 := n.open(t) // starts a new keeper, which adopts the sandbox
+	defer b2.Close()
+	st, err := b2.WaitExec(ctx, id, "slow")
+	if err != nil || !st.Lost {
+		t.Errorf("WaitExec after a keeper restart = %+v, %v; want lost", st, err)
+	}
+	r, err := sandboxtest.ExecErr(ctx, b2, id, sandbox.ExecSpec{Argv: []string{"echo", "adopted"}})
+	if err != nil || r.Stdout != "adopted\n" {
+		t.Errorf("exec in the adopted sandbox = %+v, %v", r, err)
+	}
+	if err := b2.Delete(ctx, id); err != nil {
+		t.Errorf("Delete of the adopted sandbox = %v", err)
+	}
+}
