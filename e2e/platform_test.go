@@ -188,7 +188,7 @@ func (p *platform) footprint(t *testing.T) []string {
 		}
 		for _, line := range strings.Split(string(mi), "\n") {
 			f := strings.Fields(line)
-			if len(f) > 4 && strings.HasPrefix(f[4], p.stateDir+"/") && !strings.HasSuffix(f[4], "/run/cgroup2") {
+			if len(f) > 4 && strings.HasPrefix(f[4], p.stateDir+"/") && !strings.HasSuffix(f[4], "/run/cgroup2") && !strings.Contains(f[4], "/pool-") {
 				out = append(out, "mount "+strings.TrimPrefix(f[4], p.stateDir))
 			}
 		}
@@ -218,10 +218,20 @@ func (p *platform) footprint(t *testing.T) []string {
 			out = append(out, "process in a sandbox cgroup")
 		}
 	}
-	for _, d := range []string{"sandboxes", "run/crun", "run/runc", "run/layers"} {
+	for _, d := range []string{"sandboxes", "run/crun", "run/runc", "run/layers", "run/disks", "run/disks/.images"} {
 		es, _ := os.ReadDir(filepath.Join(p.stateDir, d))
 		for _, e := range es {
+			if strings.HasPrefix(e.Name(), "pool-") || strings.HasPrefix(e.Name(), ".") {
+				continue // the keeper's pool of ready disks and the disk store's own files
+			}
 			out = append(out, "dir "+d+"/"+e.Name())
+		}
+	}
+	blocks, _ := os.ReadDir("/sys/block")
+	for _, e := range blocks {
+		bf, err := os.ReadFile(filepath.Join("/sys/block", e.Name(), "loop", "backing_file"))
+		if f := strings.TrimSpace(string(bf)); err == nil && strings.HasPrefix(f, p.stateDir+"/") && !strings.Contains(f, "/pool-") {
+			out = append(out, "loop device for "+strings.TrimPrefix(f, p.stateDir))
 		}
 	}
 	sort.Strings(out)

@@ -80,7 +80,7 @@ On first start it writes an admin API key to <state-dir>/admin.key (0600).`,
 	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "size of the sandboxes' uid/gid range")
 	f.Float64Var(&overcommit, "memory-overcommit", 4, "memory limits may add up to this many times the node's memory")
 	f.StringVar(&reserve, "memory-reserve", "512M", "refuse new sandboxes while less memory than this is available")
-	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error (the node keeper takes DSEC_LOG_LEVEL)")
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup (under each hierarchy's root) that holds every sandbox's cgroup")
 	f.StringVar(&diskQuota, "disk-quota", "auto", "how writable layers are size-limited: auto, project (XFS project quotas), image (a file system image per sandbox) or off")
 	return cmd
@@ -166,7 +166,11 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			level := slog.LevelInfo
+			if v := os.Getenv("DSEC_LOG_LEVEL"); v != "" {
+				_ = level.UnmarshalText([]byte(v))
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			err := keeper.Run(ctx, keeper.Config{

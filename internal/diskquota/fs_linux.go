@@ -364,3 +364,6 @@ func FullError(what string, err error) error {
 	return errdefs.Newf(errdefs.ErrResourceExhausted,
 		"the disk of %s is full: delete files in it, or create it with a larger disk limit", what)
 }
+
+// Dir returns the paths of the directory name (made by Create).
+func (f *FS) Dir(name string) Dir { return newDir(f.mnt, name, 0) }

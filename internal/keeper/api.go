@@ -50,8 +50,10 @@ type SandboxInfo struct {
 	Adopted bool `json:"adopted,omitempty"`
 	// RunningExecs counts execs that have not ended.
 	RunningExecs int `json:"running_execs,omitempty"`
-	// DiskLimit is the writable layer's size limit (0: not limited).
-	DiskLimit int64 `json:"disk_limit,omitempty"`
+	// DiskLimit is the writable layer's size limit (0: not limited), and
+	// Disk the name of its file system in the keeper's disk store.
+	DiskLimit int64  `json:"disk_limit,omitempty"`
+	Disk      string `json:"disk,omitempty"`
 }
 
 // ExecRequest starts a command.

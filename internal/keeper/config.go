@@ -37,6 +37,11 @@ type Config struct {
 	// DiskSize is the size of the node-level quota file system (project
 	// mode; default: diskquota's).
 	DiskSize int64
+	// DiskPool is how many writable-layer disks of DiskPoolBytes are kept
+	// ready (default 8; negative: none), DiskPoolBytes their size (default
+	// 10 GiB, CONTRACT.md's default disk).
+	DiskPool      int
+	DiskPoolBytes int64
 	// Version is reported to clients.
 	Version string
 	Logger  *slog.Logger
@@ -64,6 +69,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.OutputQuota == 0 {
 		c.OutputQuota = 256 << 20
+	}
+	if c.DiskPool == 0 {
+		c.DiskPool = 8
+	}
+	if c.DiskPoolBytes == 0 {
+		c.DiskPoolBytes = 10 << 30
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -54,6 +54,8 @@ const stdinWriteTimeout = 30 * time.Second
 
 func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	spec := req.Spec
+	tm := newPhases()
+	defer func() { k.log.Debug("exec start phases", "exec", spec.ID, "ms", tm.String()) }()
 	if !execIDRe.MatchString(spec.ID) {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec id %q: use 1-64 of [a-zA-Z0-9_.-]", spec.ID)
 	}
@@ -165,11 +167,13 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		}
 	}
 
-	procs, err := k.procsFiles(req.Sandbox)
+	tm.mark("setup")
+	procs, err := k.boxProcs(b, req.Sandbox)
 	if err != nil {
 		closeKept()
 		return fail(err)
 	}
+	tm.mark("procs")
 	before, _ := k.cg.Stats(req.Sandbox)
 	cfg := nsexec.ExecConfig{
 		Pid:         info.Pid,
@@ -188,7 +192,9 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	if cfg.Cwd == "" {
 		cfg.Cwd = "/"
 	}
+	tm.mark("stats")
 	helper, child, err := nsexec.Spawn(k.cfg.Self, cfg, stdio)
+	tm.mark("spawn")
 	if helper > 0 {
 		k.reaper.watch(helper) // its exit is reaped and dropped
 	}
@@ -256,6 +262,10 @@ func (k *Keeper) awaitExec(id string, spec sandbox.ExecSpec, p *execProc, b *box
 		ws = <-exitCh
 	}
 	ended := time.Now()
+	tEnd := time.Now()
+	defer func() {
+		k.log.Debug("exec end phases", "exec", spec.ID, "run_ms", ended.Sub(started).Seconds()*1000, "after_exit_ms", time.Since(tEnd).Seconds()*1000)
+	}()
 	p.closeStdin()
 	drained := make(chan struct{})
 	go func() { pumps.Wait(); close(drained) }()

@@ -41,8 +41,9 @@ type Keeper struct {
 	lock   *os.File
 	// seccomp is the filter every exec'd command gets (nil: none).
 	seccomp []byte
-	// disk limits writable layers (nil when off).
+	// disk limits writable layers (nil when off); pool holds ready ones.
 	disk   *diskquota.FS
+	pool   *diskPool
 	events *eventLog
 
 	mu sync.Mutex
@@ -70,6 +71,13 @@ func Run(ctx context.Context, cfg Config) error {
 		defer wg.Done()
 		k.watchOOM(ctx)
 	}()
+	if k.pool != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k.pool.run(ctx)
+		}()
+	}
 	defer wg.Wait()
 	return k.serve(ctx, stop)
 }
@@ -174,7 +182,10 @@ func (k *Keeper) openDisk() error {
 		return fmt.Errorf("disk limits: %w (run `dsec doctor`; --disk-quota off runs without them)", err)
 	}
 	k.disk = fs
-	k.log.Info("writable layers are size-limited", "mode", fs.Mode())
+	if k.cfg.DiskPool > 0 {
+		k.pool = newDiskPool(k, k.cfg.DiskPoolBytes, k.cfg.DiskPool)
+	}
+	k.log.Info("writable layers are size-limited", "mode", fs.Mode(), "pool", k.cfg.DiskPool)
 	return nil
 }
 
@@ -309,8 +320,13 @@ func (k *Keeper) adopt() {
 		if err != nil {
 			k.log.Warn("list sandbox disks", "err", err)
 		}
+		used := map[string]bool{}
+		for _, b := range k.boxes {
+			used[b.info.Disk] = true
+			used[b.info.ID] = true
+		}
 		for _, d := range dirs {
-			if _, ok := k.boxes[d.Name]; !ok {
+			if !used[d.Name] {
 				k.log.Info("removing orphaned sandbox disk", "name", d.Name)
 				_ = k.disk.Remove(context.Background(), d.Name)
 			}

@@ -35,6 +35,7 @@ type box struct {
 	mounted  bool     // root overlay mounted in our namespace
 	deleting bool
 	execs    map[string]*execProc
+	procs    []string // cgroup.procs files an exec joins, once known
 
 	exited     chan struct{} // closed when the init has ended
 	exitedOnce sync.Once
@@ -139,22 +140,31 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 		}
 	}()
 
+	tm := newPhases()
+	defer func() { k.log.Debug("create phases", "sandbox", req.ID, "ms", tm.String()) }()
 	p := boxPaths{dir: k.l.SandboxDir(req.ID)}
 	for _, d := range []string{p.bundle(), p.rootfs(), p.upper(), p.work(), filepath.Join(p.dir, "execs")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return info, fmt.Errorf("sandbox dir: %w", err)
 		}
 	}
+	tm.mark("dirs")
 	upper, work := p.upper(), p.work()
 	if k.disk != nil {
-		// The writable layer lives on its own size-limited file system.
-		d, err := k.disk.Create(ctx, req.ID, req.Resources.DiskBytes, 0)
-		if err != nil {
-			return info, fmt.Errorf("sandbox disk: %w", err)
+		// The writable layer lives on its own size-limited file system: a
+		// ready one from the pool, or a new one.
+		name := k.pool.take(req.Resources.DiskBytes)
+		if name == "" {
+			name = req.ID
+			if _, err := k.disk.Create(ctx, name, req.Resources.DiskBytes, 0); err != nil {
+				return info, fmt.Errorf("sandbox disk: %w", err)
+			}
 		}
 		b.mu.Lock()
 		b.info.DiskLimit = req.Resources.DiskBytes
+		b.info.Disk = name
 		b.mu.Unlock()
+		d := k.disk.Dir(name)
 		upper, work = d.Upper, d.Work
 	}
 	root := int(k.cfg.IDMap.HostID)
@@ -168,6 +178,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 		return info, fmt.Errorf("sandbox dir: %w", err)
 	}
 
+	tm.mark("disk")
 	lowers := make([]string, 0, len(req.Layers))
 	for i := len(req.Layers) - 1; i >= 0; i-- { // overlay wants the top first
 		l := req.Layers[i]
@@ -180,6 +191,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 		b.mu.Unlock()
 		lowers = append(lowers, view)
 	}
+	tm.mark("layers")
 	if err := rootfs.Overlay(p.rootfs(), upper, work, lowers); err != nil {
 		return info, err
 	}
@@ -187,6 +199,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 	b.mounted = true
 	b.mu.Unlock()
 
+	tm.mark("overlay")
 	res := cgroup.Resources{MemoryBytes: req.Resources.MemoryBytes, CPUs: req.Resources.CPUs, Pids: req.Resources.Pids}
 	if err := k.cg.Create(req.ID, res); err != nil {
 		return info, fmt.Errorf("sandbox cgroup: %w", err)
@@ -202,10 +215,13 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 		CgroupsPath: "/" + k.cfg.CgroupParent + "/" + req.ID,
 		Caps:        nsexec.CapNames(nsexec.DefaultCaps),
 	})
+	tm.mark("cgroup")
 	if err := oci.WriteBundle(p.bundle(), spec); err != nil {
 		return info, err
 	}
+	tm.mark("bundle")
 	pid, err := k.runtimeRun(ctx, req.ID, p)
+	tm.mark("runtime")
 	if err != nil {
 		return info, err
 	}
@@ -228,6 +244,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 	if err := writeJSON(filepath.Join(p.dir, "keeper.json"), info); err != nil {
 		return info, err
 	}
+	tm.mark("record")
 	go func() {
 		ws := <-exitCh
 		k.exited(b, describeWait(ws, "init"))
@@ -284,7 +301,12 @@ func (k *Keeper) run(ctx context.Context, argv []string, extra []uintptr) ([]byt
 	}
 	defer devnull.Close()
 	files := append([]uintptr{devnull.Fd(), outf.Fd(), outf.Fd()}, extra...)
+	t0 := time.Now()
 	pid, ch, err := k.reaper.startProcess(argv, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, files, &syscall.SysProcAttr{}, "")
+	t1 := time.Now()
+	defer func() {
+		k.log.Debug("run", "argv0", argv[0], "fork_ms", t1.Sub(t0).Seconds()*1000, "total_ms", time.Since(t0).Seconds()*1000)
+	}()
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", argv[0], err)
 	}
@@ -381,8 +403,16 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 		k.layers.Release(d)
 	}
 	if k.disk != nil {
-		if err := k.disk.Remove(kctx, id); err != nil {
-			log.Warn("remove sandbox disk", "err", err)
+		b.mu.Lock()
+		disk := b.info.Disk
+		b.mu.Unlock()
+		for _, name := range []string{disk, id} { // id: a disk made before it was recorded
+			if name == "" {
+				continue
+			}
+			if err := k.disk.Remove(kctx, name); err != nil {
+				log.Warn("remove sandbox disk", "disk", name, "err", err)
+			}
 		}
 	}
 	if err := k.cg.Delete(kctx, id); err != nil {
@@ -449,6 +479,24 @@ func writeJSON(path string, v any) error {
 	return os.Rename(tmp, path)
 }
 
+// boxProcs returns the cgroup.procs files of a sandbox, computed once.
+func (k *Keeper) boxProcs(b *box, id string) ([]string, error) {
+	b.mu.Lock()
+	procs := b.procs
+	b.mu.Unlock()
+	if procs != nil {
+		return procs, nil
+	}
+	procs, err := k.procsFiles(id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.procs = procs
+	b.mu.Unlock()
+	return procs, nil
+}
+
 // procsFiles lists the cgroup.procs files an exec joins: the groups the
 // cgroup manager made, and those the runtime added for the same path in the
 // other v1 hierarchies (devices, blkio, name=systemd), so that a command
@@ -487,9 +535,25 @@ func (k *Keeper) diskUsage(id string) (used, limit int64) {
 	if err != nil {
 		return 0, 0
 	}
-	used, _, err = k.disk.Usage(id)
+	used, _, err = k.disk.Usage(b.snapshot().Disk)
 	if err != nil {
 		return 0, 0
 	}
 	return used, b.snapshot().DiskLimit
 }
+
+// phases times the steps of an operation for debug logs.
+type phases struct {
+	last time.Time
+	out  []string
+}
+
+func newPhases() *phases { return &phases{last: time.Now()} }
+
+func (p *phases) mark(name string) {
+	now := time.Now()
+	p.out = append(p.out, fmt.Sprintf("%s=%.1f", name, float64(now.Sub(p.last).Microseconds())/1000))
+	p.last = now
+}
+
+func (p *phases) String() string { return strings.Join(p.out, " ") }

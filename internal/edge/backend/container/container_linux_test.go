@@ -149,7 +149,7 @@ func (n *node) footprint(t *testing.T, b *Backend) []string {
 	}
 	for _, line := range strings.Split(string(mi), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], n.stateDir) && !strings.HasSuffix(f[4], "/run/cgroup2") {
+		if len(f) > 4 && strings.HasPrefix(f[4], n.stateDir) && !strings.HasSuffix(f[4], "/run/cgroup2") && !strings.Contains(f[4], "/pool-") {
 			out = append(out, "mount "+strings.TrimPrefix(f[4], n.stateDir))
 		}
 	}
@@ -175,13 +175,16 @@ func (n *node) footprint(t *testing.T, b *Backend) []string {
 	blocks, _ := os.ReadDir("/sys/block")
 	for _, e := range blocks {
 		bf, err := os.ReadFile(filepath.Join("/sys/block", e.Name(), "loop", "backing_file"))
-		if err == nil && strings.HasPrefix(strings.TrimSpace(string(bf)), n.stateDir+"/") {
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(bf)), n.stateDir+"/") && !strings.Contains(string(bf), "/pool-") {
 			out = append(out, "loop device for "+strings.TrimPrefix(strings.TrimSpace(string(bf)), n.stateDir))
 		}
 	}
 	for _, d := range []string{"sandboxes", "run/crun", "run/runc", "run/layers", "run/disks", "run/disks/.images"} {
 		ents, _ := os.ReadDir(filepath.Join(n.stateDir, d))
 		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "pool-") || strings.HasPrefix(e.Name(), ".") {
+				continue // the keeper's pool of ready disks and the disk store's own files
+			}
 			out = append(out, "dir "+d+"/"+e.Name())
 		}
 	}
