@@ -89,6 +89,9 @@ type Config struct {
 	Logger  *slog.Logger
 	// Metrics, when set, receives latencies and the node's sandboxes.
 	Metrics *metrics.Metrics
+	// StateSync is how often node state changes are flushed to disk as a
+	// group (default 100 ms); negative flushes every change.
+	StateSync time.Duration
 }
 
 // Edge is a running node agent.
@@ -165,7 +168,10 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, err
 	}
-	st, err := openStore(filepath.Join(cfg.StateDir, "edge.db"))
+	if cfg.StateSync == 0 {
+		cfg.StateSync = 100 * time.Millisecond
+	}
+	st, err := openStore(filepath.Join(cfg.StateDir, "edge.db"), cfg.StateSync)
 	if err != nil {
 		return nil, err
 	}

@@ -64,7 +64,7 @@ func TestMatches(t *testing.T) {
 
 func TestStoreRoundTripAndFormat(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "edge.db")
-	s, err := openStore(path)
+	s, err := openStore(path, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestStoreRoundTripAndFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if _, err := openStore(path); !errdefs.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := openStore(path, 0); !errdefs.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("openStore(format 99) = %v, want FailedPrecondition", err)
 	}
 }

@@ -73,7 +73,7 @@ func (s *store) putIdem(k []byte, e *idemEntry) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.updateTx(func(tx *bolt.Tx) error {
 		bk, err := tx.CreateBucketIfNotExists(bucketIdempotency)
 		if err != nil {
 			return err
@@ -84,7 +84,7 @@ func (s *store) putIdem(k []byte, e *idemEntry) error {
 
 // expireIdem drops keys older than the TTL.
 func (s *store) expireIdem(now time.Time) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.updateTx(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketIdempotency)
 		if bk == nil {
 			return nil

@@ -185,6 +185,7 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 	if err != nil {
 		return nil, err
 	}
+	tResolved := time.Now()
 	release, err := e.admit(p.Resources.MemoryBytes)
 	if err != nil {
 		return nil, err
@@ -213,8 +214,14 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 		release()
 		return nil, err
 	}
+	tInserted := time.Now()
 	e.touch(r.ID)
 	_, err = be.Create(ctx, sandbox.Spec{ID: r.ID, Layers: img.Layers, Resources: p.Resources, Env: img.Env})
+	tBackend := time.Now()
+	defer func() {
+		e.log.Debug("create phases", "sandbox", r.ID, "resolve_ms", ms(tResolved.Sub(start)), "insert_ms", ms(tInserted.Sub(tResolved)),
+			"backend_ms", ms(tBackend.Sub(tInserted)), "update_ms", ms(time.Since(tBackend)))
+	}()
 	if err != nil {
 		release()
 		// Leave nothing behind, even if the caller has gone.
@@ -510,3 +517,5 @@ func (e *Edge) Stats(ctx context.Context, caller Caller, id string) (*Record, sa
 	st, err := be.Stats(ctx, id)
 	return r, st, err
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

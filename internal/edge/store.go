@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -53,15 +54,30 @@ const (
 	StateDeleting = "deleting"
 )
 
-type store struct{ db *bolt.DB }
+type store struct {
+	db *bolt.DB
 
-func openStore(path string) (*store, error) {
+	// With group commit, writes are flushed every syncEvery by a goroutine
+	// the store owns.
+	syncEvery time.Duration
+	dirty     atomic.Bool
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+// openStore opens the node state. With syncEvery > 0 commits are not
+// flushed one by one but every syncEvery (group commit): a crash of the
+// process loses nothing (the writes are in the page cache), a power loss
+// or kernel crash may lose the last syncEvery of changes, which the
+// reconcile at start repairs (the sandboxes died with the machine anyway).
+// syncEvery <= 0 flushes every commit.
+func openStore(path string, syncEvery time.Duration) (*store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, errdefs.Newf(errdefs.ErrAlreadyExists, "%s is locked: another dsec edge runs on this state directory", path)
 		}
-		return nil, fmt.Errorf("open node state %s: %w", path, err)
+		return nil, fmt.Errorf("open node state %s: %w (if it is damaged, move it aside: the edge then starts afresh and removes the sandboxes it no longer knows)", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
@@ -87,10 +103,48 @@ func openStore(path string) (*store, error) {
 		db.Close()
 		return nil, err
 	}
-	return &store{db: db}, nil
+	st := &store{db: db, syncEvery: syncEvery}
+	if syncEvery > 0 {
+		db.NoSync = true
+		st.stop, st.done = make(chan struct{}), make(chan struct{})
+		go st.syncLoop()
+	}
+	return st, nil
 }
 
-func (s *store) close() error { return s.db.Close() }
+func (s *store) syncLoop() {
+	defer close(s.done)
+	t := time.NewTicker(s.syncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if s.dirty.Swap(false) {
+			_ = s.db.Sync()
+		}
+	}
+}
+
+// update runs fn in a read-write transaction.
+func (s *store) updateTx(fn func(*bolt.Tx) error) error {
+	err := s.db.Update(fn)
+	if err == nil && s.syncEvery > 0 {
+		s.dirty.Store(true)
+	}
+	return err
+}
+
+func (s *store) close() error {
+	if s.stop != nil {
+		close(s.stop)
+		<-s.done
+		_ = s.db.Sync()
+	}
+	return s.db.Close()
+}
 
 // insert adds a record that must not exist yet.
 func (s *store) insert(r *Record) error {
@@ -98,7 +152,7 @@ func (s *store) insert(r *Record) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.updateTx(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketSandboxes)
 		if bk.Get([]byte(r.ID)) != nil {
 			return errdefs.Newf(errdefs.ErrAlreadyExists, "sandbox %s exists", r.ID)
@@ -121,7 +175,7 @@ func (s *store) get(id string) (*Record, error) {
 }
 
 func (s *store) remove(id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.updateTx(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSandboxes).Delete([]byte(id))
 	})
 }
@@ -144,7 +198,7 @@ func (s *store) list() ([]*Record, error) {
 // update applies fn to a record atomically.
 func (s *store) update(id string, fn func(*Record) error) (*Record, error) {
 	var r *Record
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.updateTx(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketSandboxes)
 		v := bk.Get([]byte(id))
 		if v == nil {

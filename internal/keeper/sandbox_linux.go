@@ -15,7 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dsecproject/dsec/internal/cgroup"
+	"github.com/dsecproject/dsec/internal/diskquota"
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/nsexec"
@@ -230,6 +233,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 	if err != nil {
 		return info, fmt.Errorf("sandbox init ended at start: %w", err)
 	}
+	k.detachMounts(b, p)
 	if err := k.cg.Add(req.ID, pid); err != nil {
 		// crun and runc put the init in the v1 groups; this adds the
 		// cgroup2 group of hybrid hosts.
@@ -250,6 +254,27 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 		k.exited(b, describeWait(ws, "init"))
 	}()
 	return info, nil
+}
+
+// detachMounts drops the sandbox's root and writable-layer mounts from the
+// keeper's mount namespace once the sandbox has its own copies: every new
+// sandbox's mount namespace starts as a copy of the keeper's, so keeping
+// them would make each create cost more with every sandbox on the node.
+// The file systems live on through the sandbox's mounts; the keeper reaches
+// them through /proc/<init>/root.
+func (k *Keeper) detachMounts(b *box, p boxPaths) {
+	if err := rootfs.Unmount(p.rootfs()); err != nil {
+		k.log.Warn("detach sandbox root", "err", err)
+	}
+	b.mu.Lock()
+	b.mounted = false
+	disk := b.info.Disk
+	b.mu.Unlock()
+	if k.disk != nil && disk != "" && k.disk.Mode() == diskquota.ModeImage {
+		if err := rootfs.Unmount(k.disk.Dir(disk).Path); err != nil {
+			k.log.Warn("detach sandbox disk", "err", err)
+		}
+	}
 }
 
 // runtimeRun runs the OCI runtime's `run --detach` and returns the init's
@@ -535,11 +560,21 @@ func (k *Keeper) diskUsage(id string) (used, limit int64) {
 	if err != nil {
 		return 0, 0
 	}
-	used, _, err = k.disk.Usage(b.snapshot().Disk)
+	info := b.snapshot()
+	if k.disk.Mode() == diskquota.ModeImage {
+		// The disk is mounted in the sandbox only; its root's statfs is
+		// the writable layer's (overlayfs reports its upper file system).
+		var st unix.Statfs_t
+		if info.Pid <= 0 || unix.Statfs(fmt.Sprintf("/proc/%d/root", info.Pid), &st) != nil {
+			return 0, info.DiskLimit
+		}
+		return int64(st.Blocks-st.Bfree) * st.Bsize, info.DiskLimit
+	}
+	used, _, err = k.disk.Usage(info.Disk)
 	if err != nil {
 		return 0, 0
 	}
-	return used, b.snapshot().DiskLimit
+	return used, info.DiskLimit
 }
 
 // phases times the steps of an operation for debug logs.

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
@@ -51,7 +52,14 @@ type Backend struct {
 	cfg    Config
 	keeper *keeper.Client
 	log    *slog.Logger
+
+	stop chan struct{}
+	done chan struct{}
 }
+
+// keeperCheckInterval is how often the backend makes sure the node's
+// keeper runs, restarting it if it died (its sandboxes are adopted).
+const keeperCheckInterval = 2 * time.Second
 
 var _ sandbox.Backend = (*Backend)(nil)
 
@@ -79,12 +87,35 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 		cfg.Self = self
 	}
-	b := &Backend{cfg: cfg, keeper: keeper.NewClient(cfg.StateDir), log: cfg.Logger}
+	b := &Backend{cfg: cfg, keeper: keeper.NewClient(cfg.StateDir), log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := b.ensureKeeper(ctx); err != nil {
 		b.keeper.Close()
 		return nil, err
 	}
+	go b.watchKeeper()
 	return b, nil
+}
+
+// watchKeeper restarts the keeper when it stops answering.
+func (b *Backend) watchKeeper() {
+	defer close(b.done)
+	t := time.NewTicker(keeperCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if _, err := b.keeper.Version(ctx); err != nil {
+			b.log.Warn("the node keeper does not answer; starting it again", "err", err)
+			if err := b.ensureKeeper(ctx); err != nil {
+				b.log.Error("restart the node keeper", "err", err)
+			}
+		}
+		cancel()
+	}
 }
 
 func (b *Backend) ensureKeeper(ctx context.Context) error {
@@ -240,6 +271,12 @@ func (o output) Size() (int64, error) {
 
 // Close releases the keeper connection; sandboxes keep running.
 func (b *Backend) Close() error {
+	select {
+	case <-b.stop:
+	default:
+		close(b.stop)
+		<-b.done
+	}
 	b.keeper.Close()
 	return nil
 }
