@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -linkmode external -extldflags -static
 TAGS    := netgo,osusergo
 
-.PHONY: help build test test-root test-all lint fmt gen check-gen bench clean
+.PHONY: help build test test-root test-all lint fmt gen check-gen bench density clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -39,8 +39,15 @@ check-gen: ## fail when the generated API code is stale
 	@scripts/gen.sh && git diff --exit-code --stat -- api || \
 		(echo "generated code is stale: run make gen and commit" && exit 1)
 
-bench: build ## run the benchmarks in bench/ (prints JSON and a table)
-	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/createexec
+# Extra flags of the benchmarks, e.g. make bench BENCH_FLAGS='-n 5 -burst 50 -idle 50'.
+BENCH_FLAGS   ?=
+DENSITY_FLAGS ?=
+
+bench: build ## dsec vs raw crun/runc and docker, interleaved: JSON, table, targets, bin/bench-latency.png
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/suite -json bin/bench.json -png bin/bench-latency.png $(BENCH_FLAGS)
+
+density: build ## density drill: 3,200 idle sandboxes, exec in each, none lost, clean removal
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/density -json bin/density.json $(DENSITY_FLAGS)
 
 clean: ## remove build output
 	rm -rf bin

@@ -1,3 +1,5 @@
+//go:build linux
+
 package harness
 
 import (
@@ -14,15 +16,17 @@ type Footprint struct {
 	// and the processes in them.
 	Cgroups         int `json:"cgroups"`
 	CgroupProcesses int `json:"cgroup_processes"`
-	HostMounts      int `json:"host_mounts"`    // in the host's mount namespace, under the state dir
-	KeeperMounts    int `json:"keeper_mounts"`  // in the keeper's mount namespace, under the state dir
-	LoopDevices     int `json:"loop_devices"`   // bound loop devices of the host
-	Processes       int `json:"processes"`      // every process of the host
-	SandboxDirs     int `json:"sandbox_dirs"`   // entries of <state>/sandboxes
-	KeeperFDs       int `json:"keeper_fds"`     // the keeper's open files
-	KeeperThreads   int `json:"keeper_threads"` // and its threads
-	UpFDs           int `json:"up_fds"`         // dsec up's open files
-	UpThreads       int `json:"up_threads"`     // and its threads
+	HostMounts      int `json:"host_mounts"`   // in the host's mount namespace, under the state dir
+	KeeperMounts    int `json:"keeper_mounts"` // in the keeper's mount namespace, under the state dir
+	LoopDevices     int `json:"loop_devices"`  // bound loop devices of the host
+	// StateLoopDevices are those bound to files under the state dir.
+	StateLoopDevices int `json:"state_loop_devices"`
+	Processes        int `json:"processes"`      // every process of the host
+	SandboxDirs      int `json:"sandbox_dirs"`   // entries of <state>/sandboxes
+	KeeperFDs        int `json:"keeper_fds"`     // the keeper's open files
+	KeeperThreads    int `json:"keeper_threads"` // and its threads
+	UpFDs            int `json:"up_fds"`         // dsec up's open files
+	UpThreads        int `json:"up_threads"`     // and its threads
 }
 
 // TakeFootprint counts what sandboxes of a dsec hold; keeperPid and upPid
@@ -32,8 +36,8 @@ func TakeFootprint(cgroupParent, stateDir string, keeperPid, upPid int) Footprin
 		Cgroups:         CountCgroups(cgroupParent),
 		CgroupProcesses: len(CgroupProcs(cgroupParent)),
 		HostMounts:      mountsUnder("self", stateDir),
-		LoopDevices:     LoopDevices(),
 	}
+	f.LoopDevices, f.StateLoopDevices = loopDevices(stateDir)
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err == nil {
@@ -74,8 +78,19 @@ func mountsUnder(pid, dir string) int {
 	return n
 }
 
-// LoopDevices counts the host's loop devices that are bound to a file.
-func LoopDevices() int {
+// loopDevices counts the host's loop devices that are bound to a file, and
+// those whose file is under dir.
+func loopDevices(dir string) (all, under int) {
 	m, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	return len(m)
+	for _, p := range m {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		all++
+		if strings.HasPrefix(strings.TrimSpace(string(b)), dir+"/") {
+			under++
+		}
+	}
+	return all, under
 }

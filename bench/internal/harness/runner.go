@@ -1,3 +1,5 @@
+//go:build linux
+
 package harness
 
 import (
@@ -202,8 +204,9 @@ func (r *Runner) run(ctx context.Context, grace time.Duration, argv []string) (R
 	}
 }
 
-// Close stops the runner once the commands it runs have ended; after
-// timeout it kills it. Processes the commands left running are not its
+// Close stops the runner: commands still running are cancelled (daemons
+// get SIGTERM and their grace), and after timeout the runner is killed.
+// Processes the commands left behind (detached containers) are not its
 // business: stop them first.
 func (r *Runner) Close(timeout time.Duration) error {
 	r.mu.Lock()
@@ -239,18 +242,24 @@ func RunnerMain() {
 
 // helperState is the runner process's side.
 type helperState struct {
-	out  *json.Encoder
-	rp   *reaper
-	env  []string
-	wg   sync.WaitGroup
-	omu  sync.Mutex // serialises writes of responses
-	pmu  sync.Mutex
-	pids map[uint64]*helperProc // guarded by pmu
+	rp  *reaper
+	env []string
+	wg  sync.WaitGroup // the requests running
+
+	outMu sync.Mutex // serialises the responses written to out
+	out   *json.Encoder
+
+	mu sync.Mutex
+	// guarded by mu
+	pids map[uint64]*helperProc // running requests
 }
 
+// helperProc is one request's command.
 type helperProc struct {
-	pid   int
 	grace time.Duration
+	// guarded by helperState.mu
+	pid       int // 0 until started
+	cancelled bool
 }
 
 func serveRunner(in io.Reader, out io.Writer) int {
@@ -284,45 +293,75 @@ func serveRunner(in io.Reader, out io.Writer) int {
 			h.cancel(req.ID)
 			continue
 		}
+		// Registered before it starts, so that a cancel that overtakes the
+		// start is not lost.
+		p := &helperProc{grace: time.Duration(req.Grace)}
+		h.mu.Lock()
+		h.pids[req.ID] = p
+		h.mu.Unlock()
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
-			h.respond(h.runOne(req))
+			h.respond(h.runOne(req, p))
+			h.mu.Lock()
+			delete(h.pids, req.ID)
+			h.mu.Unlock()
 		}()
+	}
+	// No more requests: Close was called, or the benchmark died. Whatever
+	// still runs is stopped as if its request had been cancelled.
+	h.mu.Lock()
+	ids := make([]uint64, 0, len(h.pids))
+	for id := range h.pids {
+		ids = append(ids, id)
+	}
+	h.mu.Unlock()
+	for _, id := range ids {
+		h.cancel(id)
 	}
 	h.wg.Wait()
 	return 0
 }
 
 func (h *helperState) respond(resp runnerResponse) {
-	h.omu.Lock()
-	defer h.omu.Unlock()
+	h.outMu.Lock()
+	defer h.outMu.Unlock()
 	_ = h.out.Encode(resp)
 }
 
 func (h *helperState) cancel(id uint64) {
-	h.pmu.Lock()
+	h.mu.Lock()
 	p := h.pids[id]
-	h.pmu.Unlock()
-	if p == nil {
-		return
+	var pid int
+	if p != nil {
+		p.cancelled = true
+		pid = p.pid
 	}
+	h.mu.Unlock()
+	if pid != 0 {
+		h.stop(id, p, pid)
+	}
+}
+
+// stop kills a cancelled command: at once, or with SIGTERM first and
+// SIGKILL after its grace.
+func (h *helperState) stop(id uint64, p *helperProc, pid int) {
 	if p.grace <= 0 {
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 		return
 	}
-	_ = syscall.Kill(p.pid, syscall.SIGTERM)
+	_ = syscall.Kill(pid, syscall.SIGTERM)
 	time.AfterFunc(p.grace, func() {
-		h.pmu.Lock()
+		h.mu.Lock()
 		still := h.pids[id] == p
-		h.pmu.Unlock()
+		h.mu.Unlock()
 		if still {
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
 }
 
-func (h *helperState) runOne(req runnerRequest) runnerResponse {
+func (h *helperState) runOne(req runnerRequest, p *helperProc) runnerResponse {
 	resp := runnerResponse{ID: req.ID}
 	if len(req.Argv) == 0 {
 		resp.Status = "no command"
@@ -353,15 +392,15 @@ func (h *helperState) runOne(req runnerRequest) runnerResponse {
 		resp.Status = fmt.Sprintf("start: %v", err)
 		return resp
 	}
-	p := &helperProc{pid: pid, grace: time.Duration(req.Grace)}
-	h.pmu.Lock()
-	h.pids[req.ID] = p
-	h.pmu.Unlock()
+	h.mu.Lock()
+	p.pid = pid
+	cancelled := p.cancelled
+	h.mu.Unlock()
+	if cancelled {
+		h.stop(req.ID, p, pid)
+	}
 	ws := <-ch
 	resp.Elapsed = time.Since(t0).Nanoseconds()
-	h.pmu.Lock()
-	delete(h.pids, req.ID)
-	h.pmu.Unlock()
 	resp.Pid = pid
 	buf := make([]byte, outputKept)
 	n, _ := outf.ReadAt(buf, 0)

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package harness is what dsec's benchmarks share: starting a private
 // `dsec up` and stopping it without a trace, a helper process that runs
 // OCI runtimes and daemons as their subreaper, latency summaries, and the

@@ -1,0 +1,173 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image/color"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/dsecproject/dsec/bench/internal/harness"
+)
+
+func TestForEach(t *testing.T) {
+	var running, most, calls atomic.Int64
+	err := forEach(context.Background(), 40, 4, func(ctx context.Context, i int) error {
+		n := running.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		calls.Add(1)
+		time.Sleep(2 * time.Millisecond)
+		running.Add(-1)
+		return nil
+	})
+	if err != nil || calls.Load() != 40 || most.Load() > 4 || most.Load() < 2 {
+		t.Errorf("forEach(40, conc 4) = %v, %d calls, at most %d at once; want nil, 40, 2..4", err, calls.Load(), most.Load())
+	}
+
+	boom := errors.New("boom")
+	calls.Store(0)
+	err = forEach(context.Background(), 1000, 2, func(ctx context.Context, i int) error {
+		calls.Add(1)
+		if i == 3 {
+			return boom
+		}
+		time.Sleep(time.Millisecond)
+		return ctx.Err()
+	})
+	if !errors.Is(err, boom) || calls.Load() > 100 {
+		t.Errorf("forEach with a failing call = %v after %d calls, want boom, and the rest not started", err, calls.Load())
+	}
+}
+
+func TestRotate(t *testing.T) {
+	xs := []string{"a", "b", "c"}
+	tests := []struct {
+		k    int
+		want []string
+	}{
+		{0, []string{"a", "b", "c"}},
+		{1, []string{"b", "c", "a"}},
+		{5, []string{"c", "a", "b"}},
+	}
+	for _, tt := range tests {
+		if got := rotate(xs, tt.k); !cmp.Equal(got, tt.want) {
+			t.Errorf("rotate(%v, %d) = %v, want %v", xs, tt.k, got, tt.want)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestComputeTargets(t *testing.T) {
+	lat := func(system string, p50 float64) LatencyRow {
+		return LatencyRow{Summary: harness.Summary{System: system, N: 10, P50: p50}}
+	}
+	r := &Result{
+		CreateFirstExec: []LatencyRow{lat("dsec", 12), lat("crun", 10), lat("docker", 150)},
+		ExecRTT:         []LatencyRow{lat("dsec", 2), lat("crun", 5), {Summary: harness.Summary{System: "docker", Skipped: "skipped: docker.io not installed"}}},
+		Burst: []BurstRow{
+			{Name: "dsec Create", Rate: 90, Concurrency: 8, Probes: []Probe{{Concurrency: 8, Rate: 85}}},
+			{Name: "dsec BatchCreate", Rate: 300},
+			{Name: "crun create+start (sleep)", Rate: 100, Concurrency: 16, Probes: []Probe{{Concurrency: 8, Rate: 95}, {Concurrency: 16, Rate: 100}}},
+			{Name: "docker run -d (sleep)", Rate: 10},
+		},
+		IdleMemory: []MemoryRow{{System: "dsec", PerSandbox: 3 << 20}, {System: "crun", PerSandbox: 1 << 20}},
+	}
+	want := []Target{
+		{Name: "create→first exec p50: dsec / crun run", Value: ptr(1.2), Op: "<=", Want: 1.5, Met: ptr(true)},
+		{Name: "create→first exec p50: docker run / dsec", Value: ptr(12.5), Op: ">=", Want: 10, Met: ptr(true)},
+		{Name: "exec RTT p50: dsec / crun exec", Value: ptr(0.4), Op: "<=", Want: 0.5, Met: ptr(true)},
+		{Name: "exec RTT p50: docker exec / dsec", Op: ">=", Want: 10, Note: "skipped: docker.io not installed"},
+		{Name: "burst creations/s: dsec / crun", Value: ptr(0.9), Op: ">=", Want: 0.8, Met: ptr(true), Note: "at dsec's best concurrency 8 the probes give 0.89"},
+		{Name: "burst creations/s: dsec / docker", Value: ptr(9.0), Op: ">=", Want: 15, Met: ptr(false)},
+		{Name: "idle memory per sandbox: dsec / crun", Value: ptr(3.0), Op: "<=", Want: 1.5, Met: ptr(false)},
+	}
+	got := computeTargets(r)
+	approx := cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })
+	if diff := cmp.Diff(want, got, approx); diff != "" {
+		t.Errorf("computeTargets() mismatch (-want +got):\n%s", diff)
+	}
+
+	r.Targets = got
+	var table bytes.Buffer
+	writeTable(&table, r)
+	for _, s := range []string{"NOT met", "skipped: docker.io not installed", "dsec / crun run"} {
+		if !strings.Contains(table.String(), s) {
+			t.Errorf("writeTable() lacks %q:\n%s", s, table.String())
+		}
+	}
+}
+
+func TestWritePlot(t *testing.T) {
+	r := &Result{
+		CreateFirstExec: []LatencyRow{
+			{Summary: harness.Summary{Name: "dsec Create + Exec(true)", System: "dsec", Samples: []float64{20, 22, 25, 40}}},
+			{Summary: harness.Summary{Name: "docker run --rm (true)", System: "docker", Skipped: "skipped: docker.io not installed"}},
+		},
+		ExecRTT: []LatencyRow{
+			{Summary: harness.Summary{Name: "crun exec (true)", System: "crun", Samples: []float64{3, 4, 5}}},
+		},
+	}
+	path := filepath.Join(t.TempDir(), "p.png")
+	if err := writePlot(path, r); err != nil {
+		t.Fatalf("writePlot() = %v", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("decode the plot: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != plotWidth || b.Dy() != 2*panelHeight {
+		t.Errorf("plot is %v, want %dx%d (two panels)", b, plotWidth, 2*panelHeight)
+	}
+	count := map[color.RGBA]int{}
+	for y := range img.Bounds().Dy() {
+		for x := range img.Bounds().Dx() {
+			r, g, b, a := img.At(x, y).RGBA()
+			count[color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), uint8(a >> 8)}]++
+		}
+	}
+	for _, sys := range []string{"dsec", "crun"} {
+		if count[colorOf[sys]] < 100 {
+			t.Errorf("plot has %d pixels of %s's colour, want its curve and legend", count[colorOf[sys]], sys)
+		}
+	}
+	if count[colorOf["docker"]] != 0 {
+		t.Errorf("plot draws docker, which has no samples")
+	}
+	if err := writePlot(path, &Result{}); err == nil {
+		t.Errorf("writePlot(no samples) = nil, want an error")
+	}
+}
+
+func TestGlyphs(t *testing.T) {
+	for r, g := range glyphs {
+		for i, line := range g {
+			if len(line) != 5 || strings.Trim(line, "# ") != "" {
+				t.Errorf("glyph %q row %d = %q, want 5 of '#' or ' '", r, i, line)
+			}
+		}
+	}
+	if glyphFor('D') != glyphs['d'] || glyphFor('→') != glyphs['>'] || glyphFor('€') != glyphs['?'] {
+		t.Errorf("glyphFor maps capitals, arrows or unknowns wrongly")
+	}
+}
