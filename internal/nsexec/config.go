@@ -11,8 +11,8 @@ import (
 )
 
 // ModeEnv is the environment variable that selects what the C part of the
-// binary does before the Go runtime starts: "init" or "exec". Unset or empty
-// lets the program start normally.
+// binary does before the Go runtime starts: "init", "exec" or "zygote".
+// Unset or empty lets the program start normally.
 const ModeEnv = "_DSEC_NSEXEC"
 
 // InitEnv returns the environment that makes a binary importing this package

@@ -49,6 +49,12 @@ func newHelperError(step, detail string, errno syscall.Errno, cfg *ExecConfig) *
 		// In a pid namespace whose init has exited, fork fails with ENOMEM.
 		e.kind = errdefs.ErrFailedPrecondition
 		e.msg = "exec: cannot start a process in the sandbox: its init has exited, or memory is exhausted"
+	case step == "fork worker" && (errno == syscall.EAGAIN || errno == syscall.ENOMEM):
+		// The zygote's fork, in the caller's cgroup, not the sandbox's.
+		e.kind = errdefs.ErrResourceExhausted
+		e.msg = fmt.Sprintf("exec: the node cannot start another process now (%v): retry later", errno)
+	case step == "zygote request":
+		e.msg = fmt.Sprintf("exec: the exec zygote rejected a malformed request: %s: %v", detail, errno)
 	case step == "exec" && errno == syscall.E2BIG:
 		e.kind = errdefs.ErrInvalidArgument
 		e.msg = fmt.Sprintf("exec: %s: the command line and environment are too long: shorten them", detail)

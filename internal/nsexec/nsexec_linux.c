@@ -9,14 +9,18 @@
  * it names a mode it does that mode's work and never returns: the process
  * stays single-threaded, which setns(2) of a user or mount namespace needs.
  *
- *   init  the sandbox's pid 1: reap zombies, ignore every signal.
- *   exec  the helper that Spawn (nsexec_linux.go) starts: read a config from
- *         fd 3, join the target's cgroups and namespaces, fork the command,
- *         report "ok <pid>\n" or "err <errno> <step>: <detail>\n" on fd 4.
+ *   init    the sandbox's pid 1: reap zombies, ignore every signal.
+ *   exec    the helper that Spawn (nsexec_linux.go) starts: read a config
+ *           from fd 3, join the target's cgroups and namespaces, fork the
+ *           command, report "ok <pid>\n" or "err <errno> <step>: <detail>\n"
+ *           on fd 4.
+ *   zygote  a fork server that StartZygote (zygote_linux.go) starts: it
+ *           takes requests on a socket and forks, for each, a worker that
+ *           does what the exec helper does. It lives in zygote_linux.c.
  *
- * Rules of this file: no library beyond libc, no stdio, every system call's
- * result checked, EINTR retried where a call can return it. The process is
- * single-threaded throughout, so using malloc after fork is safe.
+ * Rules of these files: no library beyond libc, no stdio, every system
+ * call's result checked, EINTR retried where a call can return it. Every
+ * process is single-threaded throughout, so using malloc after fork is safe.
  */
 
 #define _GNU_SOURCE
@@ -40,6 +44,8 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
+#include "nsexec_linux.h"
+
 #ifndef CLONE_NEWCGROUP
 #define CLONE_NEWCGROUP 0x02000000
 #endif
@@ -62,8 +68,14 @@
 #define CONFIG_FD 3
 #define STATUS_FD 4
 
+/*
+ * Where the helper (P) reports: STATUS_FD in exec mode, the request's status
+ * descriptor in a zygote's worker. Set before anything can fail.
+ */
+static int status_fd = -1;
+
 /* Limits; keep in sync with config.go. */
-#define MAX_CONFIG (1 << 20)
+#define MAX_CONFIG DSEC_MAX_CONFIG
 #define MAX_GROUPS 65536
 #define MAX_SECCOMP_INSNS 4096
 
@@ -112,19 +124,13 @@ struct config {
  * Small helpers: messages without stdio, I/O that retries.
  */
 
-/* A message under construction; silently truncated when full. */
-struct msg {
-	char b[1024];
-	size_t n;
-};
-
-static void msg_str(struct msg *m, const char *s)
+void dsec_msg_str(struct dsec_msg *m, const char *s)
 {
 	while (*s && m->n < sizeof(m->b))
 		m->b[m->n++] = *s++;
 }
 
-static void msg_uint(struct msg *m, unsigned long long v)
+void dsec_msg_uint(struct dsec_msg *m, unsigned long long v)
 {
 	char d[24];
 	int i = 0;
@@ -137,8 +143,7 @@ static void msg_uint(struct msg *m, unsigned long long v)
 		m->b[m->n++] = d[--i];
 }
 
-/* write_all writes len bytes; returns 0, or -1 with errno set. */
-static int write_all(int fd, const void *buf, size_t len)
+int dsec_write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;
 
@@ -178,8 +183,7 @@ static ssize_t read_full(int fd, void *buf, size_t cap)
 	return (ssize_t)got;
 }
 
-/* close_from closes every descriptor >= lowfd. */
-static void close_from(unsigned int lowfd)
+void dsec_close_from(unsigned int lowfd)
 {
 	long max;
 
@@ -212,14 +216,14 @@ static void reap_all(void)
 
 static void init_fatal(const char *what)
 {
-	struct msg m = { .n = 0 };
+	struct dsec_msg m = { .n = 0 };
 
-	msg_str(&m, "dsec-init: ");
-	msg_str(&m, what);
-	msg_str(&m, ": errno ");
-	msg_uint(&m, (unsigned long long)errno);
-	msg_str(&m, "\n");
-	(void)write_all(2, m.b, m.n); /* nothing more to do if stderr is gone */
+	dsec_msg_str(&m, "dsec-init: ");
+	dsec_msg_str(&m, what);
+	dsec_msg_str(&m, ": errno ");
+	dsec_msg_uint(&m, (unsigned long long)errno);
+	dsec_msg_str(&m, "\n");
+	(void)dsec_write_all(2, m.b, m.n); /* nothing more to do if stderr is gone */
 	_exit(1);
 }
 
@@ -228,7 +232,7 @@ static void run_init(void)
 {
 	sigset_t all;
 
-	close_from(3);
+	dsec_close_from(3);
 	/* The name only helps people reading ps; failing to set it is harmless. */
 	(void)prctl(PR_SET_NAME, "dsec-init", 0, 0, 0);
 
@@ -257,6 +261,22 @@ static void run_init(void)
  * exec mode: the helper (P) and the command's process (C)
  */
 
+int dsec_report(int fd, int err, const char *step, const char *detail)
+{
+	struct dsec_msg m = { .n = 0 };
+
+	dsec_msg_str(&m, "err ");
+	dsec_msg_uint(&m, (unsigned long long)err);
+	dsec_msg_str(&m, " ");
+	dsec_msg_str(&m, step);
+	dsec_msg_str(&m, ": ");
+	dsec_msg_str(&m, detail);
+	if (m.n == sizeof(m.b))
+		m.n--;
+	m.b[m.n++] = '\n';
+	return dsec_write_all(fd, m.b, m.n);
+}
+
 /*
  * status_fail reports a failure of P on the status descriptor and exits.
  * The line is "err <errno> <step>: <detail>\n".
@@ -264,18 +284,7 @@ static void run_init(void)
 static void status_fail(int err, const char *step, const char *detail) __attribute__((noreturn));
 static void status_fail(int err, const char *step, const char *detail)
 {
-	struct msg m = { .n = 0 };
-
-	msg_str(&m, "err ");
-	msg_uint(&m, (unsigned long long)err);
-	msg_str(&m, " ");
-	msg_str(&m, step);
-	msg_str(&m, ": ");
-	msg_str(&m, detail);
-	if (m.n == sizeof(m.b))
-		m.n--;
-	m.b[m.n++] = '\n';
-	if (write_all(STATUS_FD, m.b, m.n) < 0)
+	if (dsec_report(status_fd, err, step, detail) < 0)
 		_exit(1);
 	_exit(0);
 }
@@ -284,9 +293,9 @@ static void status_fail(int err, const char *step, const char *detail)
 static void status_fail_uint(int err, const char *step, unsigned long long v) __attribute__((noreturn));
 static void status_fail_uint(int err, const char *step, unsigned long long v)
 {
-	struct msg m = { .n = 0 };
+	struct dsec_msg m = { .n = 0 };
 
-	msg_uint(&m, v);
+	dsec_msg_uint(&m, v);
 	m.b[m.n < sizeof(m.b) ? m.n : sizeof(m.b) - 1] = '\0';
 	status_fail(err, step, m.b);
 }
@@ -462,8 +471,11 @@ static void parse_config(const uint8_t *buf, size_t len, struct config *c)
 		status_fail(EINVAL, "config", "tty without setsid");
 }
 
-/* read_config reads all of fd 3, at most MAX_CONFIG bytes, and parses it. */
-static void read_config(struct config *c)
+/*
+ * read_config reads all of fd 3, at most MAX_CONFIG bytes, into a buffer it
+ * allocates, and returns the length.
+ */
+static size_t read_config(uint8_t **bufp)
 {
 	/* One byte more than allowed, to see a config that is too large. */
 	uint8_t *buf = malloc(MAX_CONFIG + 1);
@@ -478,22 +490,22 @@ static void read_config(struct config *c)
 		status_fail(EFBIG, "config", "larger than 1 MiB");
 	if (close(CONFIG_FD) < 0 && errno != EINTR)
 		status_fail(errno, "config", "close");
-	parse_config(buf, (size_t)n, c);
-	free(buf);
+	*bufp = buf;
+	return (size_t)n;
 }
 
 /* join_cgroups writes our pid to every cgroup.procs file, in order. */
 static void join_cgroups(const struct config *c)
 {
-	struct msg pid = { .n = 0 };
+	struct dsec_msg pid = { .n = 0 };
 
-	msg_uint(&pid, (unsigned long long)getpid());
+	dsec_msg_uint(&pid, (unsigned long long)getpid());
 	for (size_t i = 0; i < c->n_cgroup_procs; i++) {
 		int fd = open(c->cgroup_procs[i], O_WRONLY | O_CLOEXEC);
 		if (fd < 0)
 			status_fail(errno, "join cgroup", c->cgroup_procs[i]);
 		/* A cgroup file takes the pid in one write; a partial write fails. */
-		if (write_all(fd, pid.b, pid.n) < 0)
+		if (dsec_write_all(fd, pid.b, pid.n) < 0)
 			status_fail(errno, "join cgroup", c->cgroup_procs[i]);
 		if (close(fd) < 0 && errno != EINTR)
 			status_fail(errno, "join cgroup", c->cgroup_procs[i]);
@@ -526,7 +538,7 @@ static const struct {
  */
 static void join_namespaces(const struct config *c)
 {
-	struct msg path;
+	struct dsec_msg path;
 	struct stat self, target;
 	int flags = 0;
 	int pidfd;
@@ -537,8 +549,8 @@ static void join_namespaces(const struct config *c)
 
 	for (size_t i = 0; i < sizeof(namespaces) / sizeof(namespaces[0]); i++) {
 		path.n = 0;
-		msg_str(&path, "/proc/self/ns/");
-		msg_str(&path, namespaces[i].name);
+		dsec_msg_str(&path, "/proc/self/ns/");
+		dsec_msg_str(&path, namespaces[i].name);
 		path.b[path.n] = '\0';
 		if (stat(path.b, &self) < 0) {
 			if (errno == ENOENT)
@@ -546,10 +558,10 @@ static void join_namespaces(const struct config *c)
 			status_fail(errno, "stat namespace", path.b);
 		}
 		path.n = 0;
-		msg_str(&path, "/proc/");
-		msg_uint(&path, c->pid);
-		msg_str(&path, "/ns/");
-		msg_str(&path, namespaces[i].name);
+		dsec_msg_str(&path, "/proc/");
+		dsec_msg_uint(&path, c->pid);
+		dsec_msg_str(&path, "/ns/");
+		dsec_msg_str(&path, namespaces[i].name);
 		path.b[path.n] = '\0';
 		if (stat(path.b, &target) < 0)
 			status_fail(errno, "stat namespace", path.b);
@@ -572,23 +584,23 @@ static void join_namespaces(const struct config *c)
 static void child_fail(int errfd, int err, const char *step, const char *detail) __attribute__((noreturn));
 static void child_fail(int errfd, int err, const char *step, const char *detail)
 {
-	struct msg m = { .n = 0 };
+	struct dsec_msg m = { .n = 0 };
 
-	msg_uint(&m, (unsigned long long)err);
-	msg_str(&m, " ");
-	msg_str(&m, step);
-	msg_str(&m, ": ");
-	msg_str(&m, detail);
-	(void)write_all(errfd, m.b, m.n); /* P sees EOF and reports an unknown error */
+	dsec_msg_uint(&m, (unsigned long long)err);
+	dsec_msg_str(&m, " ");
+	dsec_msg_str(&m, step);
+	dsec_msg_str(&m, ": ");
+	dsec_msg_str(&m, detail);
+	(void)dsec_write_all(errfd, m.b, m.n); /* P sees EOF and reports an unknown error */
 	_exit(1);
 }
 
 static void child_fail_uint(int errfd, int err, const char *step, unsigned long long v) __attribute__((noreturn));
 static void child_fail_uint(int errfd, int err, const char *step, unsigned long long v)
 {
-	struct msg m = { .n = 0 };
+	struct dsec_msg m = { .n = 0 };
 
-	msg_uint(&m, v);
+	dsec_msg_uint(&m, v);
 	m.b[m.n] = '\0';
 	child_fail(errfd, err, step, m.b);
 }
@@ -670,7 +682,7 @@ static const char *exec_error_text(int err)
 static void exec_failed(int err, const char *argv0, int errfd) __attribute__((noreturn));
 static void exec_failed(int err, const char *argv0, int errfd)
 {
-	struct msg m = { .n = 0 };
+	struct dsec_msg m = { .n = 0 };
 	const char *text;
 	int code;
 
@@ -682,14 +694,14 @@ static void exec_failed(int err, const char *argv0, int errfd)
 	} else {
 		child_fail(errfd, err, "exec", argv0);
 	}
-	msg_str(&m, "dsec: ");
-	msg_str(&m, argv0);
-	msg_str(&m, ": ");
-	msg_str(&m, text);
+	dsec_msg_str(&m, "dsec: ");
+	dsec_msg_str(&m, argv0);
+	dsec_msg_str(&m, ": ");
+	dsec_msg_str(&m, text);
 	if (m.n == sizeof(m.b))
 		m.n--;
 	m.b[m.n++] = '\n';
-	(void)write_all(2, m.b, m.n); /* the exit code says it all if stderr is gone */
+	(void)dsec_write_all(2, m.b, m.n); /* the exit code says it all if stderr is gone */
 	_exit(code);
 }
 
@@ -762,7 +774,7 @@ static void child_main(const struct config *c, int errfd) __attribute__((noretur
 static void child_main(const struct config *c, int errfd)
 {
 	/* The command gets fds 0-2 only; everything else of ours is CLOEXEC. */
-	if (close(STATUS_FD) < 0 && errno != EINTR)
+	if (close(status_fd) < 0 && errno != EINTR)
 		child_fail(errfd, errno, "close", "status fd");
 	reset_signals(errfd);
 
@@ -799,31 +811,17 @@ static void child_main(const struct config *c, int errfd)
 	do_exec(c, errfd);
 }
 
-static void run_exec(void) __attribute__((noreturn));
-static void run_exec(void)
+void dsec_exec_request(const uint8_t *config, size_t len, int sfd)
 {
 	struct config c;
-	struct msg m = { .n = 0 };
+	struct dsec_msg m = { .n = 0 };
 	char errbuf[1024];
 	int errpipe[2];
 	ssize_t n;
 	pid_t pid;
 
-	/* Without the status fd nobody can hear us: say so on stderr. */
-	if (fcntl(STATUS_FD, F_GETFD) < 0 || fcntl(CONFIG_FD, F_GETFD) < 0) {
-		static const char text[] = "dsec: " MODE_ENV "=exec needs fds 3 and 4 (started by nsexec.Spawn)\n";
-		(void)write_all(2, text, sizeof(text) - 1);
-		_exit(1);
-	}
-	/* Keep the sandbox's processes from ptracing us or reading our fds. */
-	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
-		status_fail(errno, "set not dumpable", "");
-	/* Only 0-4 are ours to pass on; the status fd must not reach the command. */
-	close_from(STATUS_FD + 1);
-	if (fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0)
-		status_fail(errno, "set close-on-exec", "status fd");
-
-	read_config(&c);
+	status_fd = sfd;
+	parse_config(config, len, &c);
 	join_cgroups(&c);
 	join_namespaces(&c);
 
@@ -849,19 +847,44 @@ static void run_exec(void)
 		errbuf[n] = '\0';
 		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 			;
-		msg_str(&m, "err ");
-		msg_str(&m, errbuf);
+		dsec_msg_str(&m, "err ");
+		dsec_msg_str(&m, errbuf);
 		if (m.n == sizeof(m.b))
 			m.n--;
 		m.b[m.n++] = '\n';
 	} else {
-		msg_str(&m, "ok ");
-		msg_uint(&m, (unsigned long long)pid);
-		msg_str(&m, "\n");
+		dsec_msg_str(&m, "ok ");
+		dsec_msg_uint(&m, (unsigned long long)pid);
+		dsec_msg_str(&m, "\n");
 	}
-	if (write_all(STATUS_FD, m.b, m.n) < 0)
+	if (dsec_write_all(status_fd, m.b, m.n) < 0)
 		_exit(1);
 	_exit(0);
+}
+
+static void run_exec(void) __attribute__((noreturn));
+static void run_exec(void)
+{
+	uint8_t *config;
+	size_t len;
+
+	/* Without the status fd nobody can hear us: say so on stderr. */
+	if (fcntl(STATUS_FD, F_GETFD) < 0 || fcntl(CONFIG_FD, F_GETFD) < 0) {
+		static const char text[] = "dsec: " MODE_ENV "=exec needs fds 3 and 4 (started by nsexec.Spawn)\n";
+		(void)dsec_write_all(2, text, sizeof(text) - 1);
+		_exit(1);
+	}
+	status_fd = STATUS_FD;
+	/* Keep the sandbox's processes from ptracing us or reading our fds. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		status_fail(errno, "set not dumpable", "");
+	/* Only 0-4 are ours to pass on; the status fd must not reach the command. */
+	dsec_close_from(STATUS_FD + 1);
+	if (fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0)
+		status_fail(errno, "set close-on-exec", "status fd");
+
+	len = read_config(&config);
+	dsec_exec_request(config, len, STATUS_FD);
 }
 
 /* ---------------------------------------------------------------------
@@ -878,8 +901,10 @@ __attribute__((constructor)) static void dsec_nsexec(void)
 		run_init();
 	if (strcmp(mode, "exec") == 0)
 		run_exec();
+	if (strcmp(mode, "zygote") == 0)
+		dsec_run_zygote();
 
-	static const char text[] = "dsec: unknown " MODE_ENV " mode (want init or exec)\n";
-	(void)write_all(2, text, sizeof(text) - 1);
+	static const char text[] = "dsec: unknown " MODE_ENV " mode (want init, exec or zygote)\n";
+	(void)dsec_write_all(2, text, sizeof(text) - 1);
 	_exit(2);
 }

@@ -13,8 +13,10 @@
 #define DSEC_MAX_CONFIG (1 << 20)
 
 /*
- * The zygote protocol (see doc.go). A request is one message, or one
- * message and continuations when the config is larger than a chunk:
+ * The zygote protocol (see doc.go). Once set up, the zygote sends one
+ * message, the u32 DSEC_ZYGOTE_MAGIC_READY; it sends nothing else. A
+ * request is one message, or one message and continuations when the config
+ * is larger than a chunk:
  *
  *   first message: u32 DSEC_ZYGOTE_MAGIC_FIRST, u32 config length,
  *                  the config's first bytes (at most DSEC_ZYGOTE_CHUNK),
@@ -31,6 +33,7 @@
 #define DSEC_ZYGOTE_NFDS 4
 #define DSEC_ZYGOTE_MAGIC_FIRST 0x315a5344u /* "DSZ1" */
 #define DSEC_ZYGOTE_MAGIC_NEXT 0x2b5a5344u /* "DSZ+" */
+#define DSEC_ZYGOTE_MAGIC_READY 0x215a5344u /* "DSZ!" */
 
 /* A message under construction; silently truncated when full. */
 struct dsec_msg {

@@ -115,17 +115,33 @@ func wait4(t testing.TB, pid int) syscall.WaitStatus {
 // wait4Rusage waits for pid and returns the CPU time it used.
 func wait4Rusage(t testing.TB, pid int) (syscall.WaitStatus, time.Duration) {
 	t.Helper()
+	ws, cpu, err := waitPid(pid)
+	if err != nil {
+		t.Fatalf("wait4(%d) = %v", pid, err)
+	}
+	return ws, cpu
+}
+
+// waitPid waits for pid and returns the CPU time it used. A command
+// started through a zygote becomes our child only when the zygote's worker
+// has exited, just after Spawn returns: until then wait4 fails with ECHILD,
+// which waitPid retries for a while.
+func waitPid(pid int) (syscall.WaitStatus, time.Duration, error) {
 	var ws syscall.WaitStatus
 	var ru syscall.Rusage
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err := syscall.Wait4(pid, &ws, 0, &ru)
-		if err == syscall.EINTR {
+		switch {
+		case err == syscall.EINTR:
 			continue
+		case err == syscall.ECHILD && time.Now().Before(deadline):
+			time.Sleep(100 * time.Microsecond)
+			continue
+		case err != nil:
+			return ws, 0, err
 		}
-		if err != nil {
-			t.Fatalf("wait4(%d) = %v", pid, err)
-		}
-		return ws, time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		return ws, time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 	}
 }
 
@@ -140,6 +156,52 @@ func reapHelper(t testing.TB, pid int) {
 	}
 }
 
+// spawner starts commands by one of the package's two ways: a helper per
+// command (Spawn) or a zygote (Zygote.Spawn).
+type spawner struct {
+	name string
+	// spawnEncoded starts an encoded config; a helper is reaped (and
+	// checked) before it returns.
+	spawnEncoded func(t testing.TB, config []byte, cfg *ExecConfig, stdio [3]*os.File) (int, error)
+}
+
+// spawn encodes cfg and starts it.
+func (s spawner) spawn(t testing.TB, cfg ExecConfig, stdio [3]*os.File) (int, error) {
+	t.Helper()
+	config, err := cfg.Encode()
+	if err != nil {
+		return 0, err
+	}
+	return s.spawnEncoded(t, config, &cfg, stdio)
+}
+
+func helperSpawner() spawner {
+	return spawner{"helper", func(t testing.TB, config []byte, cfg *ExecConfig, stdio [3]*os.File) (int, error) {
+		t.Helper()
+		helper, child, err := spawnEncoded(self(t), config, cfg, stdio)
+		reapHelper(t, helper)
+		return child, err
+	}}
+}
+
+func zygoteSpawner(z *Zygote) spawner {
+	return spawner{"zygote", func(t testing.TB, config []byte, cfg *ExecConfig, stdio [3]*os.File) (int, error) {
+		return z.spawnEncoded(config, cfg, stdio)
+	}}
+}
+
+// spawners returns both ways, the zygote one started for this test.
+func spawners(t testing.TB) []spawner {
+	return []spawner{helperSpawner(), zygoteSpawner(startZygote(t))}
+}
+
+// forEachSpawner runs f as a subtest for each way of starting commands.
+func forEachSpawner(t *testing.T, f func(t *testing.T, sp spawner)) {
+	for _, sp := range spawners(t) {
+		t.Run(sp.name, func(t *testing.T) { f(t, sp) })
+	}
+}
+
 // proc is a command started by Spawn whose output the test collects.
 type proc struct {
 	pid    int
@@ -151,15 +213,14 @@ type proc struct {
 
 // spawn starts cfg with stdin /dev/null and piped stdout and stderr, reaps
 // the helper, and kills the command at the end of the test if it still runs.
-func spawn(t testing.TB, cfg ExecConfig) *proc {
+func spawn(t testing.TB, sp spawner, cfg ExecConfig) *proc {
 	t.Helper()
 	p := &proc{}
 	outR, outW := pipe(t)
 	errR, errW := pipe(t)
-	helper, child, err := Spawn(self(t), cfg, [3]*os.File{nil, outW, errW})
+	child, err := sp.spawn(t, cfg, [3]*os.File{nil, outW, errW})
 	outW.Close()
 	errW.Close()
-	reapHelper(t, helper)
 	if err != nil {
 		t.Fatalf("Spawn(%q) = %v", cfg.Argv, err)
 	}
@@ -202,9 +263,9 @@ func (p *proc) kill(t testing.TB) {
 }
 
 // run runs cfg to its end.
-func run(t testing.TB, cfg ExecConfig) (stdout, stderr string, ws syscall.WaitStatus) {
+func run(t testing.TB, sp spawner, cfg ExecConfig) (stdout, stderr string, ws syscall.WaitStatus) {
 	t.Helper()
-	p := spawn(t, cfg)
+	p := spawn(t, sp, cfg)
 	ws = p.wait(t)
 	return p.stdout.String(), p.stderr.String(), ws
 }
@@ -245,30 +306,37 @@ func TestExecInSandbox(t *testing.T) {
 		{"no env: default PATH", ExecConfig{Argv: []string{"busybox", "env"}, Env: []string{}}, ""},
 		{"absolute program", ExecConfig{Argv: []string{busybox, "echo", "hi"}, Env: []string{"PATH=/nonexistent"}}, "hi\n"},
 		{"PATH with empty and missing entries", ExecConfig{Argv: []string{"busybox", "echo", "hi"}, Env: []string{"PATH=/nonexistent::/etc/passwd:/bin"}}, "hi\n"},
+		// ls's own descriptor for the directory is 3: nothing of the
+		// helper's or the zygote's reaches the command.
+		{"only stdio descriptors", ExecConfig{Argv: []string{"busybox", "ls", "/proc/self/fd"}}, "0\n1\n2\n3\n"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := tt.cfg
-			cfg.Pid = target
-			if cfg.Env == nil {
-				cfg.Env = defaultEnv
-			}
-			stdout, stderr, ws := run(t, cfg)
-			if !ws.Exited() || ws.ExitStatus() != 0 || stdout != tt.want {
-				t.Errorf("exec %q = %q, %v (stderr %q), want %q, exit 0", cfg.Argv, stdout, ws, stderr, tt.want)
-			}
-		})
-	}
+	forEachSpawner(t, func(t *testing.T, sp spawner) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				cfg := tt.cfg
+				cfg.Pid = target
+				if cfg.Env == nil {
+					cfg.Env = defaultEnv
+				}
+				stdout, stderr, ws := run(t, sp, cfg)
+				if !ws.Exited() || ws.ExitStatus() != 0 || stdout != tt.want {
+					t.Errorf("exec %q = %q, %v (stderr %q), want %q, exit 0", cfg.Argv, stdout, ws, stderr, tt.want)
+				}
+			})
+		}
+	})
 }
 
 func TestExecPidNamespace(t *testing.T) {
 	target := startTarget(t)
-	stdout, stderr, ws := run(t, ExecConfig{Pid: target, Argv: []string{"busybox", "sh", "-c", "echo $$"}, Env: defaultEnv})
-	pid, err := strconv.Atoi(strings.TrimSpace(stdout))
-	// The target's sleep is pid 1 inside; the command comes soon after.
-	if err != nil || ws.ExitStatus() != 0 || pid < 2 || pid > 100 {
-		t.Errorf("exec echo $$ = %q, %v (stderr %q), want a pid in 2..100", stdout, ws, stderr)
-	}
+	forEachSpawner(t, func(t *testing.T, sp spawner) {
+		stdout, stderr, ws := run(t, sp, ExecConfig{Pid: target, Argv: []string{"busybox", "sh", "-c", "echo $$"}, Env: defaultEnv})
+		pid, err := strconv.Atoi(strings.TrimSpace(stdout))
+		// The target's sleep is pid 1 inside; the command comes soon after.
+		if err != nil || ws.ExitStatus() != 0 || pid < 2 || pid > 100 {
+			t.Errorf("exec echo $$ = %q, %v (stderr %q), want a pid in 2..100", stdout, ws, stderr)
+		}
+	})
 }
 
 // procStatus returns the fields of /proc/<pid>/status.
@@ -328,37 +396,39 @@ func TestExecSeenFromHost(t *testing.T) {
 			map[string]string{"CapBnd": "0000000000000000", "CapEff": "0000000000000000"},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := tt.cfg
-			cfg.Pid = target
-			cfg.Argv = []string{"busybox", "sleep", "1000"}
-			cfg.Env = defaultEnv
-			p := spawn(t, cfg)
-			defer p.kill(t)
+	forEachSpawner(t, func(t *testing.T, sp spawner) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				cfg := tt.cfg
+				cfg.Pid = target
+				cfg.Argv = []string{"busybox", "sleep", "1000"}
+				cfg.Env = defaultEnv
+				p := spawn(t, sp, cfg)
+				defer p.kill(t)
 
-			status := procStatus(t, p.pid)
-			got := map[string]string{}
-			for k := range tt.want {
-				got[k] = status[k]
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("/proc/%d/status differs (-want +got):\n%s", p.pid, diff)
-			}
-			// NSpid: the host pid, then a small pid inside the sandbox.
-			nspid := strings.Fields(status["NSpid"])
-			if len(nspid) != 2 || nspid[0] != strconv.Itoa(p.pid) || len(nspid[1]) > 2 {
-				t.Errorf("NSpid of %d = %q, want [%d <small pid>]", p.pid, nspid, p.pid)
-			}
-			for _, ns := range []string{"user", "mnt", "pid", "net", "uts", "ipc", "cgroup"} {
-				want, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", target, ns))
-				got, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", p.pid, ns))
-				if err1 != nil || err2 != nil || got != want {
-					t.Errorf("namespace %s of the command = %q (%v), want the target's %q (%v)", ns, got, err2, want, err1)
+				status := procStatus(t, p.pid)
+				got := map[string]string{}
+				for k := range tt.want {
+					got[k] = status[k]
 				}
-			}
-		})
-	}
+				if diff := cmp.Diff(tt.want, got); diff != "" {
+					t.Errorf("/proc/%d/status differs (-want +got):\n%s", p.pid, diff)
+				}
+				// NSpid: the host pid, then a small pid inside the sandbox.
+				nspid := strings.Fields(status["NSpid"])
+				if len(nspid) != 2 || nspid[0] != strconv.Itoa(p.pid) || len(nspid[1]) > 2 {
+					t.Errorf("NSpid of %d = %q, want [%d <small pid>]", p.pid, nspid, p.pid)
+				}
+				for _, ns := range []string{"user", "mnt", "pid", "net", "uts", "ipc", "cgroup"} {
+					want, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", target, ns))
+					got, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", p.pid, ns))
+					if err1 != nil || err2 != nil || got != want {
+						t.Errorf("namespace %s of the command = %q (%v), want the target's %q (%v)", ns, got, err2, want, err1)
+					}
+				}
+			})
+		}
+	})
 }
 
 func TestExecExitCodes(t *testing.T) {
@@ -384,14 +454,16 @@ func TestExecExitCodes(t *testing.T) {
 		{"exec format error", []string{garbage}, defaultEnv, 126, "dsec: " + garbage + ": exec format error\n"},
 		{"directory", []string{"/"}, defaultEnv, 126, "dsec: /: permission denied\n"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			stdout, stderr, ws := run(t, ExecConfig{Pid: target, Argv: tt.argv, Env: tt.env})
-			if !ws.Exited() || ws.ExitStatus() != tt.wantCode || stderr != tt.wantStderr {
-				t.Errorf("exec %q = %v, stderr %q (stdout %q), want exit %d, stderr %q", tt.argv, ws, stderr, stdout, tt.wantCode, tt.wantStderr)
-			}
-		})
-	}
+	forEachSpawner(t, func(t *testing.T, sp spawner) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				stdout, stderr, ws := run(t, sp, ExecConfig{Pid: target, Argv: tt.argv, Env: tt.env})
+				if !ws.Exited() || ws.ExitStatus() != tt.wantCode || stderr != tt.wantStderr {
+					t.Errorf("exec %q = %v, stderr %q (stdout %q), want exit %d, stderr %q", tt.argv, ws, stderr, stdout, tt.wantCode, tt.wantStderr)
+				}
+			})
+		}
+	})
 }
 
 // sandboxDir returns a temporary directory that the test sandbox's users
@@ -428,42 +500,52 @@ func TestExecSetupErrors(t *testing.T) {
 		{"sandbox gone", ExecConfig{Pid: gone.Process.Pid}, errdefs.ErrFailedPrecondition, syscall.ESRCH, "not running"},
 		{"no such cgroup", ExecConfig{Pid: target, CgroupProcs: []string{"/nonexistent/cgroup.procs"}}, errdefs.ErrInternal, syscall.ENOENT, "/nonexistent/cgroup.procs"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := tt.cfg
-			cfg.Argv = []string{"busybox", "true"}
-			cfg.Env = defaultEnv
-			helper, child, err := Spawn(self(t), cfg, [3]*os.File{})
-			reapHelper(t, helper)
-			var he *HelperError
-			if !errors.As(err, &he) || errdefs.Kind(err) != tt.wantKind || !errors.Is(err, tt.wantErrno) ||
-				!strings.Contains(err.Error(), tt.wantMsg) || child != 0 {
-				t.Fatalf("Spawn(%+v) = %d, %v, want a *HelperError of kind %v, errno %v, with %q", cfg, child, err, tt.wantKind, tt.wantErrno, tt.wantMsg)
-			}
-		})
-	}
+	forEachSpawner(t, func(t *testing.T, sp spawner) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				cfg := tt.cfg
+				cfg.Argv = []string{"busybox", "true"}
+				cfg.Env = defaultEnv
+				child, err := sp.spawn(t, cfg, [3]*os.File{})
+				var he *HelperError
+				if !errors.As(err, &he) || errdefs.Kind(err) != tt.wantKind || !errors.Is(err, tt.wantErrno) ||
+					!strings.Contains(err.Error(), tt.wantMsg) || child != 0 {
+					t.Fatalf("Spawn(%+v) = %d, %v, want a *HelperError of kind %v, errno %v, with %q", cfg, child, err, tt.wantKind, tt.wantErrno, tt.wantMsg)
+				}
+			})
+		}
+	})
 
 	t.Run("invalid config", func(t *testing.T) {
 		helper, _, err := Spawn(self(t), ExecConfig{Pid: target}, [3]*os.File{})
 		if helper != 0 || !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("Spawn(no argv) = %d, %v, want 0, %v", helper, err, errdefs.ErrInvalidArgument)
 		}
+		z := startZygote(t)
+		child, err := z.Spawn(ExecConfig{Pid: target}, [3]*os.File{})
+		if child != 0 || !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("Zygote.Spawn(no argv) = %d, %v, want 0, %v", child, err, errdefs.ErrInvalidArgument)
+		}
 	})
 }
 
 // TestHelperRejectsBadConfig sends the configs DecodeExecConfig rejects to
 // the helper's own decoder, which must reject them too, before it acts.
+// The zygote turns away a config that is too large before its worker sees
+// it.
 func TestHelperRejectsBadConfig(t *testing.T) {
-	for _, tt := range badConfigs {
-		t.Run(tt.name, func(t *testing.T) {
-			helper, child, err := spawnEncoded(self(t), tt.in, &ExecConfig{}, [3]*os.File{})
-			reapHelper(t, helper)
-			var he *HelperError
-			if !errors.As(err, &he) || !strings.HasPrefix(he.Step, "config") || (he.Errno != syscall.EINVAL && he.Errno != syscall.EFBIG) {
-				t.Errorf("helper given config %s = %d, %v, want a config error", tt.name, child, err)
-			}
-		})
-	}
+	forEachSpawner(t, func(t *testing.T, sp spawner) {
+		for _, tt := range badConfigs {
+			t.Run(tt.name, func(t *testing.T) {
+				child, err := sp.spawnEncoded(t, tt.in, &ExecConfig{}, [3]*os.File{})
+				var he *HelperError
+				if !errors.As(err, &he) || !(strings.HasPrefix(he.Step, "config") || he.Step == "zygote request") ||
+					(he.Errno != syscall.EINVAL && he.Errno != syscall.EFBIG) {
+					t.Errorf("helper given config %s = %d, %v, want a config error", tt.name, child, err)
+				}
+			})
+		}
+	})
 }
 
 // testCgroup makes a cgroup under root for this test and returns its
@@ -493,25 +575,38 @@ func TestExecJoinsCgroups(t *testing.T) {
 	pids := testCgroup(t, "/sys/fs/cgroup/pids")
 	unified := testCgroup(t, "/sys/fs/cgroup/unified")
 
-	p := spawn(t, ExecConfig{Pid: target, CgroupProcs: []string{pids, unified}, Argv: []string{"busybox", "sleep", "1000"}, Env: defaultEnv})
-	defer p.kill(t)
-	for _, procs := range []string{pids, unified} {
-		b, err := os.ReadFile(procs)
+	forEachSpawner(t, func(t *testing.T, sp spawner) {
+		p := spawn(t, sp, ExecConfig{Pid: target, CgroupProcs: []string{pids, unified}, Argv: []string{"busybox", "sleep", "1000"}, Env: defaultEnv})
+		defer p.kill(t)
+		for _, procs := range []string{pids, unified} {
+			// A zygote's worker is in the cgroup until it has exited,
+			// just after Spawn returns.
+			var got []string
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				b, err := os.ReadFile(procs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = strings.Fields(string(b))
+				if len(got) < 2 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if !cmp.Equal(got, []string{strconv.Itoa(p.pid)}) {
+				t.Errorf("%s = %q, want [%d]", procs, got, p.pid)
+			}
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.pid))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.Fields(string(b)); !cmp.Equal(got, []string{strconv.Itoa(p.pid)}) {
-			t.Errorf("%s = %q, want [%d]", procs, got, p.pid)
+		want := ":pids:/" + filepath.Base(filepath.Dir(pids)) + "\n"
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/proc/%d/cgroup = %q, want a line ending %q", p.pid, b, want)
 		}
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := ":pids:/" + filepath.Base(filepath.Dir(pids)) + "\n"
-	if !strings.Contains(string(b), want) {
-		t.Errorf("/proc/%d/cgroup = %q, want a line ending %q", p.pid, b, want)
-	}
+	})
 }
 
 // sockFilter encodes one struct sock_filter in the host's byte order.
@@ -555,20 +650,22 @@ func TestExecSeccomp(t *testing.T) {
 		{"filter, user, no no_new_privs", ExecConfig{Seccomp: denyMkdir(), UID: 1000, GID: 1000}, 1, "Operation not permitted"},
 		{"filter, root, no no_new_privs", ExecConfig{Seccomp: denyMkdir()}, 1, "Operation not permitted"},
 	}
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			sub := filepath.Join(dir, strconv.Itoa(i))
-			cfg := tt.cfg
-			cfg.Pid = target
-			cfg.Argv = []string{"busybox", "mkdir", sub}
-			cfg.Env = defaultEnv
-			_, stderr, ws := run(t, cfg)
-			_, err := os.Stat(sub)
-			if ws.ExitStatus() != tt.wantCode || !strings.Contains(stderr, tt.wantErr) || (err == nil) != (tt.wantCode == 0) {
-				t.Errorf("exec mkdir with %s = %v, stderr %q, stat: %v; want exit %d, stderr with %q", tt.name, ws, stderr, err, tt.wantCode, tt.wantErr)
-			}
-		})
-	}
+	forEachSpawner(t, func(t *testing.T, sp spawner) {
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				sub := filepath.Join(dir, sp.name+strconv.Itoa(i))
+				cfg := tt.cfg
+				cfg.Pid = target
+				cfg.Argv = []string{"busybox", "mkdir", sub}
+				cfg.Env = defaultEnv
+				_, stderr, ws := run(t, sp, cfg)
+				_, err := os.Stat(sub)
+				if ws.ExitStatus() != tt.wantCode || !strings.Contains(stderr, tt.wantErr) || (err == nil) != (tt.wantCode == 0) {
+					t.Errorf("exec mkdir with %s = %v, stderr %q, stat: %v; want exit %d, stderr with %q", tt.name, ws, stderr, err, tt.wantCode, tt.wantErr)
+				}
+			})
+		}
+	})
 }
 
 func TestExecTTY(t *testing.T) {
@@ -582,39 +679,40 @@ func TestExecTTY(t *testing.T) {
 		{"controlling terminal", true, 0, "hello\r\n"},
 		{"no controlling terminal", false, 1, "No such device or address"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			master, slave, err := pty.Open()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer master.Close()
-			var out bytes.Buffer
-			var wg sync.WaitGroup
-			wg.Go(func() { _, _ = io.Copy(&out, master) }) // ends with EIO when the last slave closes
+	forEachSpawner(t, func(t *testing.T, sp spawner) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				master, slave, err := pty.Open()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer master.Close()
+				var out bytes.Buffer
+				var wg sync.WaitGroup
+				wg.Go(func() { _, _ = io.Copy(&out, master) }) // ends with EIO when the last slave closes
 
-			cfg := ExecConfig{
-				Pid:    target,
-				Argv:   []string{"busybox", "sh", "-c", "echo hello >/dev/tty"},
-				Env:    defaultEnv,
-				Setsid: true,
-				TTY:    tt.tty,
-			}
-			helper, child, err := Spawn(self(t), cfg, [3]*os.File{slave, slave, slave})
-			slave.Close()
-			reapHelper(t, helper)
-			if err != nil {
-				master.Close()
+				cfg := ExecConfig{
+					Pid:    target,
+					Argv:   []string{"busybox", "sh", "-c", "echo hello >/dev/tty"},
+					Env:    defaultEnv,
+					Setsid: true,
+					TTY:    tt.tty,
+				}
+				child, err := sp.spawn(t, cfg, [3]*os.File{slave, slave, slave})
+				slave.Close()
+				if err != nil {
+					master.Close()
+					wg.Wait()
+					t.Fatalf("Spawn = %v", err)
+				}
+				ws := wait4(t, child)
 				wg.Wait()
-				t.Fatalf("Spawn = %v", err)
-			}
-			ws := wait4(t, child)
-			wg.Wait()
-			if ws.ExitStatus() != tt.wantCode || !strings.Contains(out.String(), tt.wantOut) {
-				t.Errorf("exec echo >/dev/tty (tty %v) = %v, output %q, want exit %d, output with %q", tt.tty, ws, out.String(), tt.wantCode, tt.wantOut)
-			}
-		})
-	}
+				if ws.ExitStatus() != tt.wantCode || !strings.Contains(out.String(), tt.wantOut) {
+					t.Errorf("exec echo >/dev/tty (tty %v) = %v, output %q, want exit %d, output with %q", tt.tty, ws, out.String(), tt.wantCode, tt.wantOut)
+				}
+			})
+		}
+	})
 }
 
 // procState returns the state letter of a process, or 0 when it is gone.
@@ -724,9 +822,9 @@ func TestInitReapsOrphans(t *testing.T) {
 
 	// Orphan a process inside init's pid namespace: it becomes init's child,
 	// and when it exits init must reap it.
-	stdout, stderr, ws := run(t, ExecConfig{
+	stdout, stderr, ws := run(t, helperSpawner(), ExecConfig{
 		Pid:  initPid,
-		Argv: []string{busybox, "sh", "-c", busybox + " sleep 2 </dev/null >/dev/null 2>&1 & echo $!"},
+		Argv: []string{busybox, "sh", "-c", busybox + " sleep 1000 </dev/null >/dev/null 2>&1 & echo $!"},
 		Env:  defaultEnv,
 	})
 	if ws.ExitStatus() != 0 {
@@ -740,6 +838,9 @@ func TestInitReapsOrphans(t *testing.T) {
 	if nspid := strings.Fields(procStatus(t, orphan)["NSpid"]); len(nspid) != 2 || nspid[1]+"\n" != stdout {
 		t.Errorf("NSpid of init's child %d = %q, want [%d %s]", orphan, nspid, orphan, strings.TrimSpace(stdout))
 	}
+	if err := syscall.Kill(orphan, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "init to reap its child", func() bool { return procState(orphan) == 0 })
 	if st := procState(initPid); st != 'S' {
 		t.Errorf("init after reaping: state %q, want 'S'", st)
@@ -747,7 +848,8 @@ func TestInitReapsOrphans(t *testing.T) {
 }
 
 // TestStaticBinary builds this test binary the way dsec is built for
-// sandboxes (static, glibc) and runs the exec and init tests with it.
+// sandboxes (static, glibc) and runs the exec, zygote and init tests with
+// it.
 func TestStaticBinary(t *testing.T) {
 	if os.Getenv(staticEnv) != "" {
 		t.Skip("already the static binary")
@@ -777,7 +879,7 @@ func TestStaticBinary(t *testing.T) {
 	}
 	f.Close()
 
-	cmd := exec.Command(bin, "-test.run", "^(TestExecInSandbox|TestExecExitCodes|TestInitIgnoresSignals|TestInitReapsOrphans)$", "-test.v", "-test.count=1")
+	cmd := exec.Command(bin, "-test.run", "^(TestExecInSandbox|TestExecExitCodes|TestInitIgnoresSignals|TestInitReapsOrphans|TestZygoteProcess|TestZygoteMalformedRequests)$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), staticEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -789,7 +891,7 @@ func TestStaticBinary(t *testing.T) {
 			passed = append(passed, strings.Fields(name)[0])
 		}
 	}
-	for _, want := range []string{"TestExecInSandbox", "TestExecExitCodes", "TestInitIgnoresSignals", "TestInitReapsOrphans"} {
+	for _, want := range []string{"TestExecInSandbox", "TestExecExitCodes", "TestInitIgnoresSignals", "TestInitReapsOrphans", "TestZygoteProcess", "TestZygoteMalformedRequests"} {
 		if !slices.Contains(passed, want) {
 			t.Errorf("static test binary did not pass %s:\n%s", want, out)
 		}
