@@ -193,11 +193,8 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		cfg.Cwd = "/"
 	}
 	tm.mark("stats")
-	helper, child, err := nsexec.Spawn(k.cfg.Self, cfg, stdio)
+	child, err := k.spawn(cfg, stdio)
 	tm.mark("spawn")
-	if helper > 0 {
-		k.reaper.watch(helper) // its exit is reaped and dropped
-	}
 	if err != nil {
 		closeKept()
 		return fail(err)

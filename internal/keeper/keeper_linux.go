@@ -34,6 +34,7 @@ type Keeper struct {
 	l      Layout
 	log    *slog.Logger
 	reaper *reaper
+	zyg    *zygotes
 	cg     *cgroup.Manager
 	layers *rootfs.Layers
 	userns *os.File
@@ -149,6 +150,9 @@ func (k *Keeper) setup() error {
 		return fmt.Errorf("seccomp policy: %w", err)
 	}
 	k.reaper = newReaper()
+	k.zyg = &zygotes{k: k}
+	// Started now, so the first exec does not pay for it.
+	k.zyg.get()
 	if err := k.openDisk(); err != nil {
 		return err
 	}
@@ -190,6 +194,9 @@ func (k *Keeper) openDisk() error {
 }
 
 func (k *Keeper) teardown() {
+	if k.zyg != nil {
+		k.zyg.close()
+	}
 	if k.reaper != nil {
 		k.reaper.close()
 	}
