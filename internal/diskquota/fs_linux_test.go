@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -195,7 +196,7 @@ func testDir(t *testing.T) string {
 				unix.Unmount(m[i], unix.MNT_DETACH)
 			}
 		}
-		if l := loopsUnder(t, dir); len(l) > 0 {
+		if l := loopsLeftUnder(t, dir); len(l) > 0 {
 			t.Errorf("loop devices left bound to files under %s: %q", dir, l)
 		}
 	})
@@ -240,6 +241,21 @@ func unescapeMountinfo(s string) string {
 }
 
 // loopsUnder lists the loop devices bound to a file under dir.
+// loopsLeftUnder is loopsUnder once the kernel has had time to unbind
+// autoclear loop devices: it does so after the last reference to the file
+// system on them goes, which after a lazy unmount happens asynchronously.
+func loopsLeftUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l := loopsUnder(t, dir)
+		if len(l) == 0 || time.Now().After(deadline) {
+			return l
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func loopsUnder(t *testing.T, dir string) []string {
 	t.Helper()
 	files, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
@@ -446,7 +462,7 @@ func TestOverlay(t *testing.T) {
 			if err := unix.Unmount(merged, 0); err != nil {
 				t.Fatalf("unmount overlay: %v", err)
 			}
-			if l := loopsUnder(t, dir); len(l) > 0 {
+			if l := loopsLeftUnder(t, dir); len(l) > 0 {
 				t.Errorf("loop devices after Remove and unmounting the overlay: %q", l)
 			}
 		})
