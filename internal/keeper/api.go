@@ -54,6 +54,18 @@ type SandboxInfo struct {
 	// Disk the name of its file system in the keeper's disk store.
 	DiskLimit int64  `json:"disk_limit,omitempty"`
 	Disk      string `json:"disk,omitempty"`
+	// Slot names the sandbox's cgroup and runtime container when they are
+	// not named by ID: a sandbox started warm, before anyone asked for it,
+	// keeps the name it was started under. A warm sandbox has no ID yet.
+	Slot string `json:"slot,omitempty"`
+}
+
+// slot is the name of the sandbox's cgroup and runtime container.
+func (i SandboxInfo) slot() string {
+	if i.Slot != "" {
+		return i.Slot
+	}
+	return i.ID
 }
 
 // ExecRequest starts a command.

@@ -42,6 +42,10 @@ type Config struct {
 	// 10 GiB, CONTRACT.md's default disk).
 	DiskPool      int
 	DiskPoolBytes int64
+	// WarmPool is how many sandboxes of each recently created shape
+	// (layers and resources) are kept started ahead of time, so that a
+	// create only claims one (default 2; negative: none).
+	WarmPool int
 	// Version is reported to clients.
 	Version string
 	Logger  *slog.Logger
@@ -72,6 +76,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.DiskPool == 0 {
 		c.DiskPool = 8
+	}
+	if c.WarmPool == 0 {
+		c.WarmPool = 2
 	}
 	if c.DiskPoolBytes == 0 {
 		c.DiskPoolBytes = 10 << 30

@@ -108,7 +108,7 @@ func (k *Keeper) watchOOM(ctx context.Context) {
 			if info.State != sandbox.StateRunning {
 				continue
 			}
-			st, err := k.cg.Stats(info.ID)
+			st, err := k.cg.Stats(info.slot())
 			if err != nil {
 				continue
 			}

@@ -168,13 +168,13 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	}
 
 	tm.mark("setup")
-	procs, err := k.boxProcs(b, req.Sandbox)
+	procs, err := k.boxProcs(b)
 	if err != nil {
 		closeKept()
 		return fail(err)
 	}
 	tm.mark("procs")
-	before, _ := k.cg.Stats(req.Sandbox)
+	before, _ := k.cg.Stats(info.slot())
 	cfg := nsexec.ExecConfig{
 		Pid:         info.Pid,
 		CgroupProcs: procs,
@@ -278,7 +278,7 @@ func (k *Keeper) awaitExec(id string, spec sandbox.ExecSpec, p *execProc, b *box
 		rec.Signal = int(ws.Signal())
 	}
 	if rec.Signal == int(syscall.SIGKILL) && !timedOut {
-		if after, err := k.cg.Stats(id); err == nil && after.OOMKills > oomBefore {
+		if after, err := k.cg.Stats(b.snapshot().slot()); err == nil && after.OOMKills > oomBefore {
 			rec.OOMKilled = true
 			// Report it now: the sandbox may be gone before the OOM
 			// watcher's next look.

@@ -43,8 +43,10 @@ type Keeper struct {
 	// seccomp is the filter every exec'd command gets (nil: none).
 	seccomp []byte
 	// disk limits writable layers (nil when off); pool holds ready ones.
-	disk   *diskquota.FS
-	pool   *diskPool
+	disk *diskquota.FS
+	pool *diskPool
+	// warm keeps sandboxes of recent shapes started (nil: none).
+	warm   *warmPool
 	events *eventLog
 
 	mu sync.Mutex
@@ -77,6 +79,13 @@ func Run(ctx context.Context, cfg Config) error {
 		go func() {
 			defer wg.Done()
 			k.pool.run(ctx)
+		}()
+	}
+	if k.warm != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k.warm.run(ctx)
 		}()
 	}
 	defer wg.Wait()
@@ -157,6 +166,9 @@ func (k *Keeper) setup() error {
 		return err
 	}
 	k.adopt()
+	if k.cfg.WarmPool > 0 {
+		k.warm = newWarmPool(k, k.cfg.WarmPool)
+	}
 	return nil
 }
 
@@ -300,6 +312,12 @@ func hideCgroup2(runDir string) error {
 func (k *Keeper) adopt() {
 	ents, _ := os.ReadDir(k.l.SandboxesDir())
 	for _, e := range ents {
+		if isWarmSlot(e.Name()) {
+			// Warm sandboxes nobody claimed are not kept across restarts.
+			k.log.Info("removing a warm sandbox", "slot", e.Name())
+			k.destroy(context.Background(), &box{info: SandboxInfo{Slot: e.Name()}, exited: closedChan()})
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(k.l.SandboxDir(e.Name()), "keeper.json"))
 		if err != nil {
 			if validID(e.Name()) == nil {
@@ -330,7 +348,7 @@ func (k *Keeper) adopt() {
 		used := map[string]bool{}
 		for _, b := range k.boxes {
 			used[b.info.Disk] = true
-			used[b.info.ID] = true
+			used[b.info.slot()] = true
 		}
 		for _, d := range dirs {
 			if !used[d.Name] {
@@ -344,8 +362,12 @@ func (k *Keeper) adopt() {
 		k.log.Warn("list cgroups", "err", err)
 		return
 	}
+	slots := map[string]bool{}
+	for _, b := range k.boxes {
+		slots[b.info.slot()] = true
+	}
 	for _, g := range groups {
-		if _, ok := k.boxes[g]; ok {
+		if slots[g] {
 			continue
 		}
 		k.log.Info("removing orphaned cgroup", "name", g)

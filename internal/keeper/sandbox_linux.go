@@ -39,6 +39,10 @@ type box struct {
 	deleting bool
 	execs    map[string]*execProc
 	procs    []string // cgroup.procs files an exec joins, once known
+	// initExit receives the init's wait status (set once it runs);
+	// watched is set once watchInit reads it.
+	initExit <-chan syscall.WaitStatus
+	watched  bool
 
 	exited     chan struct{} // closed when the init has ended
 	exitedOnce sync.Once
@@ -94,6 +98,17 @@ func (p boxPaths) rootfs() string { return filepath.Join(p.dir, "rootfs") }
 func (p boxPaths) upper() string  { return filepath.Join(p.dir, "upper") }
 func (p boxPaths) work() string   { return filepath.Join(p.dir, "work") }
 
+// dir is the sandbox's directory: named by its ID, or by its slot while it
+// is a warm sandbox nobody has claimed.
+func (b *box) dir(l Layout) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.info.ID == "" {
+		return l.SandboxDir(b.info.Slot)
+	}
+	return l.SandboxDir(b.info.ID)
+}
+
 func (k *Keeper) newBox(info SandboxInfo) *box {
 	b := &box{info: info, exited: make(chan struct{}), execs: map[string]*execProc{}}
 	b.outputLeft.Store(k.cfg.OutputQuota)
@@ -143,12 +158,29 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 		}
 	}()
 
+	if k.warm != nil {
+		if k.claimWarm(ctx, b, req) {
+			return b.snapshot(), nil
+		}
+		k.warm.want(req)
+	}
+	if err := k.start(ctx, b, req); err != nil {
+		return info, err
+	}
+	return b.snapshot(), nil
+}
+
+// start starts the sandbox req asks for as b, whose info names it: a user's
+// sandbox by its ID, a warm one by its Slot. On failure the caller destroys
+// b. The init's end is watched once b is a user's sandbox (see watchInit).
+func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
+	slot, dir := b.info.slot(), b.dir(k.l)
 	tm := newPhases()
-	defer func() { k.log.Debug("create phases", "sandbox", req.ID, "ms", tm.String()) }()
-	p := boxPaths{dir: k.l.SandboxDir(req.ID)}
+	defer func() { k.log.Debug("create phases", "sandbox", slot, "ms", tm.String()) }()
+	p := boxPaths{dir: dir}
 	for _, d := range []string{p.bundle(), p.rootfs(), p.upper(), p.work(), filepath.Join(p.dir, "execs")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return info, fmt.Errorf("sandbox dir: %w", err)
+			return fmt.Errorf("sandbox dir: %w", err)
 		}
 	}
 	tm.mark("dirs")
@@ -158,9 +190,9 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 		// ready one from the pool, or a new one.
 		name := k.pool.take(req.Resources.DiskBytes)
 		if name == "" {
-			name = req.ID
+			name = slot
 			if _, err := k.disk.Create(ctx, name, req.Resources.DiskBytes, 0); err != nil {
-				return info, fmt.Errorf("sandbox disk: %w", err)
+				return fmt.Errorf("sandbox disk: %w", err)
 			}
 		}
 		b.mu.Lock()
@@ -172,13 +204,13 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 	}
 	root := int(k.cfg.IDMap.HostID)
 	if err := os.Chown(upper, root, root); err != nil {
-		return info, fmt.Errorf("sandbox dir: %w", err)
+		return fmt.Errorf("sandbox dir: %w", err)
 	}
 	if err := os.Chmod(upper, 0o755); err != nil {
-		return info, fmt.Errorf("sandbox dir: %w", err)
+		return fmt.Errorf("sandbox dir: %w", err)
 	}
 	if err := os.Chmod(p.dir, 0o711); err != nil {
-		return info, fmt.Errorf("sandbox dir: %w", err)
+		return fmt.Errorf("sandbox dir: %w", err)
 	}
 
 	tm.mark("disk")
@@ -187,7 +219,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 		l := req.Layers[i]
 		view, err := k.layers.Acquire(l.Digest, l.Path)
 		if err != nil {
-			return info, err
+			return err
 		}
 		b.mu.Lock()
 		b.layers = append(b.layers, l.Digest)
@@ -196,7 +228,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 	}
 	tm.mark("layers")
 	if err := rootfs.Overlay(p.rootfs(), upper, work, lowers); err != nil {
-		return info, err
+		return err
 	}
 	b.mu.Lock()
 	b.mounted = true
@@ -204,56 +236,68 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 
 	tm.mark("overlay")
 	res := cgroup.Resources{MemoryBytes: req.Resources.MemoryBytes, CPUs: req.Resources.CPUs, Pids: req.Resources.Pids}
-	if err := k.cg.Create(req.ID, res); err != nil {
-		return info, fmt.Errorf("sandbox cgroup: %w", err)
+	if err := k.cg.Create(slot, res); err != nil {
+		return fmt.Errorf("sandbox cgroup: %w", err)
 	}
 	spec := oci.New(oci.Options{
 		Rootfs:      p.rootfs(),
-		Hostname:    req.ID,
+		Hostname:    slot,
 		Args:        []string{"/proc/self/fd/3"},
 		Env:         nsexec.InitEnv(),
 		HostUID:     k.cfg.IDMap.HostID,
 		HostGID:     k.cfg.IDMap.HostID,
 		Size:        k.cfg.IDMap.Size,
-		CgroupsPath: "/" + k.cfg.CgroupParent + "/" + req.ID,
+		CgroupsPath: "/" + k.cfg.CgroupParent + "/" + slot,
 		Caps:        nsexec.CapNames(nsexec.DefaultCaps),
 	})
 	tm.mark("cgroup")
 	if err := oci.WriteBundle(p.bundle(), spec); err != nil {
-		return info, err
+		return err
 	}
 	tm.mark("bundle")
-	pid, err := k.runtimeRun(ctx, req.ID, p)
+	pid, err := k.runtimeRun(ctx, slot, p)
 	tm.mark("runtime")
 	if err != nil {
-		return info, err
+		return err
 	}
 	exitCh := k.reaper.watch(pid)
 	st, err := ProcStartTime(pid)
 	if err != nil {
-		return info, fmt.Errorf("sandbox init ended at start: %w", err)
+		return fmt.Errorf("sandbox init ended at start: %w", err)
 	}
 	k.detachMounts(b, p)
-	if err := k.cg.Add(req.ID, pid); err != nil {
+	if err := k.cg.Add(slot, pid); err != nil {
 		// crun and runc put the init in the v1 groups; this adds the
 		// cgroup2 group of hybrid hosts.
-		return info, fmt.Errorf("sandbox cgroup: %w", err)
+		return fmt.Errorf("sandbox cgroup: %w", err)
 	}
 	b.mu.Lock()
 	b.info.Pid = pid
 	b.info.StartTime = st
 	b.info.State = sandbox.StateRunning
-	info = b.info
+	b.initExit = exitCh
+	info := b.info
 	b.mu.Unlock()
 	if err := writeJSON(filepath.Join(p.dir, "keeper.json"), info); err != nil {
-		return info, err
+		return err
 	}
 	tm.mark("record")
+	if info.ID != "" {
+		k.watchInit(b)
+	}
+	return nil
+}
+
+// watchInit reports the end of a user's sandbox's init.
+func (k *Keeper) watchInit(b *box) {
+	b.mu.Lock()
+	ch := b.initExit
+	b.watched = true
+	b.mu.Unlock()
 	go func() {
-		ws := <-exitCh
+		ws := <-ch
 		k.exited(b, describeWait(ws, "init"))
 	}()
-	return info, nil
 }
 
 // detachMounts drops the sandbox's root and writable-layer mounts from the
@@ -386,6 +430,16 @@ func (k *Keeper) delete(ctx context.Context, id string) error {
 	return nil
 }
 
+// waitAny returns a channel closed once ch has delivered.
+func waitAny[T any](ch <-chan T) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		<-ch
+		close(done)
+	}()
+	return done
+}
+
 func closedChan() chan struct{} {
 	c := make(chan struct{})
 	close(c)
@@ -395,27 +449,35 @@ func closedChan() chan struct{} {
 // destroy removes everything of a sandbox, in reverse order of creation;
 // every step is idempotent so that a half-made sandbox is removed too.
 func (k *Keeper) destroy(ctx context.Context, b *box) {
-	id := b.info.ID
-	log := k.log.With("sandbox", id)
+	b.mu.Lock()
+	id, slot := b.info.ID, b.info.slot()
+	b.mu.Unlock()
+	dir := b.dir(k.l)
+	log := k.log.With("sandbox", id, "slot", slot)
 	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := k.cg.Kill(kctx, id); err != nil {
+	if err := k.cg.Kill(kctx, slot); err != nil {
 		log.Warn("kill sandbox processes", "err", err)
 	}
 	b.mu.Lock()
 	started := b.info.Pid > 0
+	var ended <-chan struct{} = b.exited
+	if b.initExit != nil && !b.watched {
+		// Nothing reads the init's end but us (a warm sandbox).
+		ended = waitAny(b.initExit)
+	}
 	b.mu.Unlock()
 	if started {
 		select {
-		case <-b.exited:
+		case <-ended:
 		case <-time.After(5 * time.Second):
 			log.Warn("sandbox init did not end after kill")
 		}
 	}
-	if out, err := k.runtime(kctx, nil, "delete", "--force", id); err != nil && !strings.Contains(out, "not exist") && !strings.Contains(out, "not found") {
+	if out, err := k.runtime(kctx, nil, "delete", "--force", slot); err != nil && !strings.Contains(out, "not exist") && !strings.Contains(out, "not found") {
 		log.Warn("runtime delete", "err", err, "output", out)
 	}
-	p := boxPaths{dir: k.l.SandboxDir(id)}
+	p := boxPaths{dir: dir}
 	if err := rootfs.Unmount(p.rootfs()); err != nil {
 		log.Warn("unmount sandbox root", "err", err)
 	}
@@ -431,7 +493,7 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 		b.mu.Lock()
 		disk := b.info.Disk
 		b.mu.Unlock()
-		for _, name := range []string{disk, id} { // id: a disk made before it was recorded
+		for _, name := range []string{disk, slot} { // slot: a disk made before it was recorded
 			if name == "" {
 				continue
 			}
@@ -440,7 +502,7 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 			}
 		}
 	}
-	if err := k.cg.Delete(kctx, id); err != nil {
+	if err := k.cg.Delete(kctx, slot); err != nil {
 		log.Warn("remove sandbox cgroup", "err", err)
 	}
 	if err := os.RemoveAll(p.dir); err != nil {
@@ -467,7 +529,7 @@ func (k *Keeper) stats(id string) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	s, err := k.cg.Stats(id)
+	s, err := k.cg.Stats(b.snapshot().slot())
 	if err != nil {
 		return Stats{}, err
 	}
@@ -505,14 +567,14 @@ func writeJSON(path string, v any) error {
 }
 
 // boxProcs returns the cgroup.procs files of a sandbox, computed once.
-func (k *Keeper) boxProcs(b *box, id string) ([]string, error) {
+func (k *Keeper) boxProcs(b *box) ([]string, error) {
 	b.mu.Lock()
-	procs := b.procs
+	procs, slot := b.procs, b.info.slot()
 	b.mu.Unlock()
 	if procs != nil {
 		return procs, nil
 	}
-	procs, err := k.procsFiles(id)
+	procs, err := k.procsFiles(slot)
 	if err != nil {
 		return nil, err
 	}

@@ -135,7 +135,9 @@ func hierarchies() []string {
 }
 
 // footprint lists the mounts, cgroups, processes and directories the node
-// holds for its sandboxes.
+// holds for its sandboxes; not the keeper's pools of ready disks and warm
+// sandboxes, which it fills in the background (teardown checks that they
+// go with the keeper).
 func (n *node) footprint(t *testing.T, b *Backend) []string {
 	t.Helper()
 	v, err := b.Keeper().Version(context.Background())
@@ -149,14 +151,14 @@ func (n *node) footprint(t *testing.T, b *Backend) []string {
 	}
 	for _, line := range strings.Split(string(mi), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], n.stateDir) && !strings.HasSuffix(f[4], "/run/cgroup2") && !strings.Contains(f[4], "/pool-") {
+		if len(f) > 4 && strings.HasPrefix(f[4], n.stateDir) && !strings.HasSuffix(f[4], "/run/cgroup2") && !pooled(f[4]) {
 			out = append(out, "mount "+strings.TrimPrefix(f[4], n.stateDir))
 		}
 	}
 	for _, h := range hierarchies() {
 		ents, _ := os.ReadDir(filepath.Join(h, n.cgroupParent))
 		for _, e := range ents {
-			if e.IsDir() {
+			if e.IsDir() && !pooled(e.Name()) {
 				out = append(out, "cgroup "+filepath.Base(h)+"/"+e.Name())
 			}
 		}
@@ -168,28 +170,34 @@ func (n *node) footprint(t *testing.T, b *Backend) []string {
 			continue
 		}
 		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if err == nil && strings.Contains(string(cg), "/"+n.cgroupParent+"/") {
+		if err == nil && strings.Contains(string(cg), "/"+n.cgroupParent+"/") && !strings.Contains(string(cg), "/"+n.cgroupParent+"/warm_") {
 			out = append(out, "process in a sandbox cgroup")
 		}
 	}
 	blocks, _ := os.ReadDir("/sys/block")
 	for _, e := range blocks {
 		bf, err := os.ReadFile(filepath.Join("/sys/block", e.Name(), "loop", "backing_file"))
-		if err == nil && strings.HasPrefix(strings.TrimSpace(string(bf)), n.stateDir+"/") && !strings.Contains(string(bf), "/pool-") {
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(bf)), n.stateDir+"/") && !pooled(string(bf)) {
 			out = append(out, "loop device for "+strings.TrimPrefix(strings.TrimSpace(string(bf)), n.stateDir))
 		}
 	}
 	for _, d := range []string{"sandboxes", "run/crun", "run/runc", "run/layers", "run/disks", "run/disks/.images"} {
 		ents, _ := os.ReadDir(filepath.Join(n.stateDir, d))
 		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), "pool-") || strings.HasPrefix(e.Name(), ".") {
-				continue // the keeper's pool of ready disks and the disk store's own files
+			if pooled(e.Name()) || strings.HasPrefix(e.Name(), ".") {
+				continue // the keeper's pools and the disk store's own files
 			}
 			out = append(out, "dir "+d+"/"+e.Name())
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// pooled reports whether a name is of the keeper's pool of ready disks or
+// its warm sandboxes.
+func pooled(name string) bool {
+	return strings.Contains(name, "pool-") || strings.Contains(name, "warm_")
 }
 
 func TestConformance(t *testing.T) {

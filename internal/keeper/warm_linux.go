@@ -1,0 +1,333 @@
+package keeper
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsecproject/dsec/internal/cgroup"
+)
+
+// Warm sandboxes: the keeper starts a few sandboxes of the shapes it was
+// recently asked for (the same layers and resources) before anyone asks
+// for them, so that a create of that shape only claims one: it names it,
+// sets its hostname and renames its directory, which takes well under a
+// millisecond where starting one through the OCI runtime takes ~30 ms.
+// Agent workloads create sandboxes of one shape over and over (an RL job,
+// an evaluation), so nearly every create after the first is a claim; a
+// burst larger than the pool creates the rest as usual while one more is
+// started in the background at a time. Warm sandboxes are not the edge's:
+// they are not listed, count against no admission, and are removed when
+// their shape has not been asked for in a while or the keeper restarts.
+
+const (
+	// warmPrefix starts the slot of a warm sandbox; it has a character
+	// sandbox IDs cannot have, so the names never meet.
+	warmPrefix = "warm_"
+	// warmShapes bounds how many shapes are kept warm at once.
+	warmShapes = 4
+	// warmIdle is how long a shape nobody asks for is kept warm.
+	warmIdle = 10 * time.Minute
+	// warmRetry is the wait after a warm start failed.
+	warmRetry = 5 * time.Second
+)
+
+// warmKey identifies a shape: the layers and the resources of a create.
+type warmKey string
+
+func keyOf(req CreateRequest) warmKey {
+	var sb strings.Builder
+	for _, l := range req.Layers {
+		sb.WriteString(l.Digest)
+		sb.WriteByte(' ')
+	}
+	r := req.Resources
+	fmt.Fprintf(&sb, "m%d c%g p%d d%d", r.MemoryBytes, r.CPUs, r.Pids, r.DiskBytes)
+	return warmKey(sb.String())
+}
+
+type warmShape struct {
+	req   CreateRequest // a request of this shape (its ID unused)
+	last  time.Time     // when it was last asked for
+	ready []*box        // started, unclaimed
+}
+
+// warmPool keeps warm sandboxes; one goroutine (run) starts them.
+type warmPool struct {
+	k    *Keeper
+	per  int // sandboxes kept ready per shape
+	kick chan struct{}
+
+	mu sync.Mutex
+	// guarded by mu
+	shapes   map[warmKey]*warmShape
+	failedAt time.Time
+}
+
+func newWarmPool(k *Keeper, per int) *warmPool {
+	return &warmPool{k: k, per: per, kick: make(chan struct{}, 1), shapes: map[warmKey]*warmShape{}}
+}
+
+func (w *warmPool) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// want records that req's shape was asked for, so that it is kept warm.
+func (w *warmPool) want(req CreateRequest) {
+	key := keyOf(req)
+	w.mu.Lock()
+	s, ok := w.shapes[key]
+	if !ok {
+		s = &warmShape{}
+		w.shapes[key] = s
+	}
+	s.req, s.last = req, time.Now()
+	var evict []*box
+	if len(w.shapes) > warmShapes {
+		evict = w.evictOldestLocked()
+	}
+	w.mu.Unlock()
+	w.destroy(evict)
+	w.poke()
+}
+
+// evictOldestLocked drops the shape asked for longest ago and returns its
+// ready sandboxes.
+func (w *warmPool) evictOldestLocked() []*box {
+	var oldest warmKey
+	for k, s := range w.shapes {
+		if oldest == "" || s.last.Before(w.shapes[oldest].last) {
+			oldest = k
+		}
+	}
+	ready := w.shapes[oldest].ready
+	delete(w.shapes, oldest)
+	return ready
+}
+
+// take returns a ready sandbox of req's shape, or nil.
+func (w *warmPool) take(req CreateRequest) *box {
+	key := keyOf(req)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.shapes[key]
+	if !ok {
+		return nil
+	}
+	s.req, s.last = req, time.Now()
+	defer w.poke()
+	for len(s.ready) > 0 {
+		b := s.ready[0]
+		s.ready = s.ready[1:]
+		return b
+	}
+	return nil
+}
+
+// run starts warm sandboxes until ctx ends, one at a time, then removes
+// the unclaimed ones.
+func (w *warmPool) run(ctx context.Context) {
+	defer w.drain()
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+		case <-tick.C:
+		}
+		w.expire()
+		for ctx.Err() == nil {
+			req, ok := w.next()
+			if !ok {
+				break
+			}
+			b, err := w.startOne(ctx, req)
+			if err != nil {
+				if ctx.Err() == nil {
+					w.k.log.Warn("start a warm sandbox", "err", err)
+				}
+				w.mu.Lock()
+				w.failedAt = time.Now()
+				w.mu.Unlock()
+				time.AfterFunc(warmRetry, w.poke)
+				break
+			}
+			w.mu.Lock()
+			s, ok := w.shapes[keyOf(req)]
+			if ok {
+				s.ready = append(s.ready, b)
+			}
+			w.mu.Unlock()
+			if !ok { // its shape was dropped meanwhile
+				w.destroy([]*box{b})
+			}
+		}
+	}
+}
+
+// next returns a request of the shape most short of warm sandboxes.
+func (w *warmPool) next() (CreateRequest, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if time.Since(w.failedAt) < warmRetry {
+		return CreateRequest{}, false
+	}
+	var best *warmShape
+	for _, s := range w.shapes {
+		if len(s.ready) < w.per && (best == nil || len(s.ready) < len(best.ready)) {
+			best = s
+		}
+	}
+	if best == nil {
+		return CreateRequest{}, false
+	}
+	return best.req, true
+}
+
+// expire drops shapes nobody asked for in warmIdle.
+func (w *warmPool) expire() {
+	var gone []*box
+	w.mu.Lock()
+	for k, s := range w.shapes {
+		if time.Since(s.last) > warmIdle {
+			gone = append(gone, s.ready...)
+			delete(w.shapes, k)
+		}
+	}
+	w.mu.Unlock()
+	w.destroy(gone)
+}
+
+func (w *warmPool) drain() {
+	var all []*box
+	w.mu.Lock()
+	for k, s := range w.shapes {
+		all = append(all, s.ready...)
+		delete(w.shapes, k)
+	}
+	w.mu.Unlock()
+	w.destroy(all)
+}
+
+func (w *warmPool) destroy(boxes []*box) {
+	for _, b := range boxes {
+		w.k.destroy(context.Background(), b)
+	}
+}
+
+// startOne starts a warm sandbox of req's shape.
+func (w *warmPool) startOne(ctx context.Context, req CreateRequest) (*box, error) {
+	slot := warmPrefix + randomHex(8)
+	b := w.k.newBox(SandboxInfo{Slot: slot, State: "creating"})
+	b.op.Lock()
+	defer b.op.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req.ID = ""
+	if err := w.k.start(cctx, b, req); err != nil {
+		w.k.destroy(context.WithoutCancel(ctx), b)
+		return nil, err
+	}
+	return b, nil
+}
+
+// claimWarm makes a warm sandbox of req's shape the sandbox b (a user's,
+// not started yet, locked by the caller) and reports whether it did. A
+// warm sandbox that cannot be claimed is removed.
+func (k *Keeper) claimWarm(ctx context.Context, b *box, req CreateRequest) bool {
+	for {
+		wb := k.warm.take(req)
+		if wb == nil {
+			return false
+		}
+		err := k.claim(b, wb, req)
+		if err == nil {
+			return true
+		}
+		k.log.Warn("claim a warm sandbox", "sandbox", req.ID, "err", err)
+		k.destroy(context.WithoutCancel(ctx), wb)
+	}
+}
+
+// claim moves the warm sandbox wb into b: the hostname becomes the ID, the
+// directory is renamed after it, and b takes over wb's state.
+func (k *Keeper) claim(b, wb *box, req CreateRequest) error {
+	wb.op.Lock()
+	defer wb.op.Unlock()
+	wb.mu.Lock()
+	winfo, exitCh := wb.info, wb.initExit
+	wb.mu.Unlock()
+	if st, err := ProcStartTime(winfo.Pid); err != nil || st != winfo.StartTime {
+		return fmt.Errorf("warm sandbox %s: its init is gone", winfo.Slot)
+	}
+	if err := setHostname(winfo.Pid, req.ID); err != nil {
+		return err
+	}
+	from, to := k.l.SandboxDir(winfo.Slot), k.l.SandboxDir(req.ID)
+	if err := os.Rename(from, to); err != nil {
+		_ = setHostname(winfo.Pid, winfo.Slot)
+		return fmt.Errorf("warm sandbox %s: %w", winfo.Slot, err)
+	}
+	info := winfo
+	info.ID = req.ID
+	info.Created = time.Now().UTC()
+	if err := writeJSON(filepath.Join(to, "keeper.json"), info); err != nil {
+		// The directory is b's now: b's destroy removes it with the rest.
+		k.log.Warn("record a claimed sandbox", "sandbox", req.ID, "err", err)
+	}
+	wb.mu.Lock()
+	layers, procs := wb.layers, wb.procs
+	wb.layers = nil
+	wb.mu.Unlock()
+	b.mu.Lock()
+	b.info = info
+	b.layers, b.procs = layers, procs
+	b.initExit = exitCh
+	b.mu.Unlock()
+	k.watchInit(b)
+	return nil
+}
+
+// setHostname sets the hostname of the UTS namespace of process pid. A
+// thread that joined another namespace is not given back to the Go
+// runtime: it ends with its goroutine.
+func setHostname(pid int, name string) error {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/uts", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("set hostname: %w", err)
+	}
+	defer unix.Close(fd)
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Setns(fd, unix.CLONE_NEWUTS); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("set hostname: join the sandbox's UTS namespace: %w", err)
+			return
+		}
+		if err := unix.Sethostname([]byte(name)); err != nil {
+			errc <- fmt.Errorf("set hostname: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// isWarmSlot reports whether name is the slot of a warm sandbox.
+func isWarmSlot(name string) bool {
+	return len(name) > len(warmPrefix) && strings.HasPrefix(name, warmPrefix) && cgroup.ValidName(name)
+}
