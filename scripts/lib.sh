@@ -35,5 +35,5 @@ install_packages() {
 }
 
 # The packages the platform needs at run time, and to build and test it.
-RUNTIME_PACKAGES="crun runc busybox-static"
+RUNTIME_PACKAGES="crun runc busybox-static mmdebstrap"
 BUILD_PACKAGES="gcc libc6-dev make protobuf-compiler erofs-utils xfsprogs e2fsprogs"

@@ -1,14 +1,21 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsecproject/dsec/internal/debian"
 	"github.com/dsecproject/dsec/internal/layer"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
@@ -27,26 +34,56 @@ latest by default).`,
 func newImageBuildCmd(g *globalFlags) *cobra.Command {
 	var (
 		fromDir, fromTar, workdir, user string
-		env                             []string
+		debPkgs, suite, variant         string
+		env, runs                       []string
+		keepDocs                        bool
 	)
 	cmd := &cobra.Command{
-		Use:   "build NAME[:TAG] (--from-dir DIR | --from-tar FILE)",
-		Short: "Build a one-layer image from a directory or a tar archive",
+		Use:   "build NAME[:TAG] (--from-dir DIR | --from-tar FILE | --debian PKG[,PKG…])",
+		Short: "Build a one-layer image from a directory, a tar archive or Debian packages",
 		Long: `Build an EROFS layer from a directory tree (owners, modes, links and xattrs
-kept) or from a tar archive (plain or gzip; - reads standard input), upload it,
-and register it as NAME[:TAG]. The layer is built here, in pure Go, and stored on
-the server by its digest.`,
+kept), from a tar archive (plain or gzip; - reads standard input), or from Debian
+packages, upload it, and register it as NAME[:TAG]. The layer is built here, in
+pure Go, and stored on the server by its digest.
+
+--debian installs the packages and their dependencies into a new root file
+system with mmdebstrap (apt-get install mmdebstrap), from this machine's own apt
+sources (/etc/apt/sources.list and sources.list.d): no mirror is named, so the
+build reaches what this machine's apt reaches. It runs as root, or unprivileged
+with mmdebstrap's unshare mode (which needs a range in /etc/subuid). --run
+commands then run inside the new root, for example to warm a compiler's cache.`,
 		Example: `  dsec image build busybox --from-dir ./rootfs
-  dsec image build py:3.11 --from-tar rootfs.tar.gz --env PYTHONUNBUFFERED=1 --workdir /work`,
+  dsec image build py:3.11 --from-tar rootfs.tar.gz --env PYTHONUNBUFFERED=1 --workdir /work
+  dsec image build sandboxfusion/python --debian python3
+  dsec image build sandboxfusion/bash --debian bash,coreutils,grep,sed,gawk,bc
+  dsec image build sandboxfusion/go --debian golang-go --env CGO_ENABLED=0 \
+      --env GOCACHE=/var/cache/go-build --run 'go build std'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if (fromDir == "") == (fromTar == "") {
-				return usageErrorf("give exactly one of --from-dir and --from-tar")
+			n := 0
+			for _, s := range []string{fromDir, fromTar, debPkgs} {
+				if s != "" {
+					n++
+				}
+			}
+			if n != 1 {
+				return usageErrorf("give exactly one of --from-dir, --from-tar and --debian")
+			}
+			if debPkgs == "" && (len(runs) > 0 || suite != "" || variant != "" || keepDocs) {
+				return usageErrorf("--run, --suite, --variant and --keep-docs go with --debian")
 			}
 			for _, kv := range env {
 				if !strings.Contains(kv, "=") {
 					return usageErrorf("--env %q: want KEY=VALUE", kv)
 				}
+			}
+			var deb debian.Options
+			if debPkgs != "" {
+				pkgs, err := debian.ParsePackages(debPkgs)
+				if err != nil {
+					return usageErrorf("--debian: %v", err)
+				}
+				deb = debian.Options{Packages: pkgs, Suite: suite, Variant: variant, Customize: runs, Env: env, KeepDocs: keepDocs}
 			}
 			c, err := g.client()
 			if err != nil {
@@ -70,9 +107,12 @@ the server by its digest.`,
 				}
 			}}
 			var info layer.Info
-			if fromDir != "" {
+			switch {
+			case fromDir != "":
 				info, err = layer.BuildFromDir(ctx, fromDir, tmp, opts)
-			} else {
+			case debPkgs != "":
+				info, err = buildDebian(ctx, deb, tmp, opts, errw)
+			default:
 				in := cmd.InOrStdin()
 				if fromTar != "-" {
 					f, oerr := os.Open(fromTar)
@@ -109,10 +149,59 @@ the server by its digest.`,
 	f := cmd.Flags()
 	f.StringVar(&fromDir, "from-dir", "", "build from this directory tree")
 	f.StringVar(&fromTar, "from-tar", "", "build from this tar archive (plain or gzip; - for stdin)")
+	f.StringVar(&debPkgs, "debian", "", "build from these Debian packages (comma-separated, with their dependencies) with mmdebstrap")
+	f.StringVar(&suite, "suite", "", "Debian release of --debian (default: this machine's)")
+	f.StringVar(&variant, "variant", "", "mmdebstrap's starting package set for --debian: essential (default), apt, minbase, required, important, standard")
+	f.StringArrayVar(&runs, "run", nil, "shell command run inside the new root after --debian installed the packages, with the --env variables (repeatable)")
+	f.BoolVar(&keepDocs, "keep-docs", false, "keep documentation, man pages and translations that --debian leaves out")
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE of the image (repeatable)")
 	f.StringVar(&workdir, "workdir", "", "default working directory of execs")
 	f.StringVar(&user, "user", "", "default user of execs")
 	return cmd
+}
+
+// buildDebian builds a layer from Debian packages: mmdebstrap's tar stream
+// goes straight into the layer builder, its progress lines to errw.
+func buildDebian(ctx context.Context, opts debian.Options, out io.WriteSeeker, lopts layer.Options, errw io.Writer) (layer.Info, error) {
+	// Stop mmdebstrap cleanly on Ctrl-C: it then unmounts and removes its
+	// temporary root.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	fmt.Fprintf(errw, "installing %s with mmdebstrap from this machine's apt sources\n", strings.Join(opts.Packages, ", "))
+	opts.Log = &prefixWriter{w: errw, start: start}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := debian.Build(ctx, opts, pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	info, err := layer.BuildFromTar(ctx, pr, out, lopts)
+	pr.CloseWithError(errors.New("layer build stopped"))
+	if berr := <-done; berr != nil {
+		return layer.Info{}, berr
+	}
+	return info, err
+}
+
+// prefixWriter writes lines prefixed with the seconds since start.
+type prefixWriter struct {
+	w     io.Writer
+	start time.Time
+	part  []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.part = append(p.part, b...)
+	for {
+		i := bytes.IndexByte(p.part, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		fmt.Fprintf(p.w, "[%5.1fs] %s\n", time.Since(p.start).Seconds(), p.part[:i])
+		p.part = p.part[i+1:]
+	}
 }
 
 func short(digest string) string {
