@@ -416,7 +416,7 @@ func TestKill9Restart(t *testing.T) {
 func TestUpDetached(t *testing.T) {
 	p := newPlatform(t) // owns cleanup of a state dir; stopped and reused below
 	p.stop(t)
-	cmd := exec.Command(p.bin, "up", "-d", "--state-dir", p.stateDir, "--listen", p.addr, "--cgroup-parent", p.cgroupParent, "--node", "e2e")
+	cmd := exec.Command(p.bin, "up", "-d", "--state-dir", p.stateDir, "--listen", p.addr, "--cgroup-parent", p.cgroupParent, "--node", "e2e", "--sandboxfusion-listen=")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "dsec is up at http://"+p.addr) {
 		t.Fatalf("dsec up -d = %q, %v", out, err)
@@ -434,7 +434,7 @@ func TestUpDetached(t *testing.T) {
 	defer ln.Close()
 	other, _ := os.MkdirTemp("", "dsec-e2e-busy-")
 	defer os.RemoveAll(other)
-	out, err = exec.Command(p.bin, "up", "-d", "--state-dir", other, "--listen", ln.Addr().String(), "--cgroup-parent", p.cgroupParent+"x").CombinedOutput()
+	out, err = exec.Command(p.bin, "up", "-d", "--state-dir", other, "--listen", ln.Addr().String(), "--cgroup-parent", p.cgroupParent+"x", "--sandboxfusion-listen=").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--listen") {
 		t.Errorf("dsec up -d on a busy port = %q, %v; want a failure naming --listen", out, err)
 	}

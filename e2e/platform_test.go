@@ -30,8 +30,12 @@ import (
 // parent, so that tests never touch a dsec that runs on the machine.
 type platform struct {
 	bin, stateDir, addr, cgroupParent string
-	cmd                               *exec.Cmd
-	exited                            chan error
+	// fusionAddr is the SandboxFusion API's address; empty turns it off.
+	fusionAddr string
+	// extra are more flags of dsec up.
+	extra  []string
+	cmd    *exec.Cmd
+	exited chan error
 }
 
 func freePort(t *testing.T) string {
@@ -50,8 +54,9 @@ func randHex(n int) string {
 }
 
 // newPlatform starts dsec up and registers cleanup that stops it, its
-// keeper and every sandbox, and checks nothing is left on the host.
-func newPlatform(t *testing.T) *platform {
+// keeper and every sandbox, and checks nothing is left on the host. Each
+// option may set fields of the platform before it starts.
+func newPlatform(t *testing.T, opts ...func(*platform)) *platform {
 	t.Helper()
 	testenv.RequireRoot(t)
 	dir, err := os.MkdirTemp("", "dsec-e2e-")
@@ -59,6 +64,9 @@ func newPlatform(t *testing.T) *platform {
 		t.Fatal(err)
 	}
 	p := &platform{bin: testenv.DsecBinary(t), stateDir: dir, addr: freePort(t), cgroupParent: "dsec-e2e-" + randHex(4)}
+	for _, o := range opts {
+		o(p)
+	}
 	p.start(t)
 	t.Cleanup(func() { p.destroy(t) })
 	return p
@@ -71,8 +79,8 @@ func (p *platform) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	p.cmd = exec.Command(p.bin, "up", "--state-dir", p.stateDir, "--listen", p.addr,
-		"--cgroup-parent", p.cgroupParent, "--node", "e2e")
+	p.cmd = exec.Command(p.bin, append([]string{"up", "--state-dir", p.stateDir, "--listen", p.addr,
+		"--cgroup-parent", p.cgroupParent, "--node", "e2e", "--sandboxfusion-listen", p.fusionAddr}, p.extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

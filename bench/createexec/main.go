@@ -136,7 +136,7 @@ func run(bin, runtime string, n, warmup int) (*Result, error) {
 	addr := ln.Addr().String()
 	ln.Close()
 	up := exec.Command(bin, "up", "--state-dir", state, "--listen", addr, "--runtime", runtime,
-		"--cgroup-parent", parent, "--node", "bench", "--log-level", "warn")
+		"--cgroup-parent", parent, "--node", "bench", "--log-level", "warn", "--sandboxfusion-listen=")
 	up.Stderr = os.Stderr
 	if err := up.Start(); err != nil {
 		return nil, err

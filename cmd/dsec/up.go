@@ -31,6 +31,10 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		uidBase, uidCount               uint32
 		overcommit                      float64
 		reserve                         string
+		fusionListen, fusionKeyFile     string
+		fusionImages                    []string
+		fusionPool                      int
+		fusionMemory                    string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -43,7 +47,15 @@ In the foreground it runs until Ctrl-C or SIGTERM, which stop the platform but
 not the sandboxes: the next "dsec up" finds them again. With -d it starts in the
 background and returns once the API answers (exit 0) or start-up failed.
 
-On first start it writes an admin API key to <state-dir>/admin.key (0600).`,
+On first start it writes an admin API key to <state-dir>/admin.key (0600).
+
+It also serves the SandboxFusion-compatible run_code API (POST /run_code) on
+--sandboxfusion-listen (default 127.0.0.1:8080; empty turns it off). Its clients
+send no credentials, so it creates sandboxes with the admin key, or the key in
+--sandboxfusion-key-file. Beyond loopback it needs a key of its own, which
+clients put in the URL path: http://HOST:PORT/<key>/run_code. Build its images
+first (see docs/sandboxfusion.md):
+  dsec image build sandboxfusion/python --debian python3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stateDir := g.resolvedStateDir()
@@ -59,9 +71,24 @@ On first start it writes an admin API key to <state-dir>/admin.key (0600).`,
 			if err != nil {
 				return fmt.Errorf("--memory-reserve: %w", err)
 			}
+			fmem, err := dsec.ParseSize(fusionMemory)
+			if err != nil {
+				return usageErrorf("--sandboxfusion-memory: %v", err)
+			}
+			images, err := parseKV("--sandboxfusion-image", fusionImages)
+			if err != nil {
+				return err
+			}
+			if fusionPool == 0 {
+				fusionPool = -1 // none; zero is the package default
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return server.Run(ctx, server.Config{
+				SandboxFusion: server.FusionConfig{
+					Listen: fusionListen, KeyFile: fusionKeyFile, Images: images,
+					PoolSize: fusionPool, Memory: fmem,
+				},
 				StateDir: stateDir, Listen: listen, Node: node, Runtime: runtime,
 				CgroupParent:     cgroupParent,
 				IDMap:            rootfs.IDMap{HostID: uidBase, Size: uidCount},
@@ -82,6 +109,11 @@ On first start it writes an admin API key to <state-dir>/admin.key (0600).`,
 	f.StringVar(&reserve, "memory-reserve", "512M", "refuse new sandboxes while less memory than this is available")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error (the node keeper takes DSEC_LOG_LEVEL)")
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup (under each hierarchy's root) that holds every sandbox's cgroup")
+	f.StringVar(&fusionListen, "sandboxfusion-listen", server.DefaultFusionListen, "address of the SandboxFusion-compatible run_code API (host:port); empty turns it off")
+	f.StringVar(&fusionKeyFile, "sandboxfusion-key-file", "", "file with the API key the SandboxFusion API creates sandboxes with (default: the admin key); beyond loopback clients put it in the URL: /<key>/run_code")
+	f.StringArrayVar(&fusionImages, "sandboxfusion-image", nil, "image of a SandboxFusion language, LANG=IMAGE (repeatable; defaults: python=sandboxfusion/python, bash=sandboxfusion/bash, go=sandboxfusion/go)")
+	f.IntVar(&fusionPool, "sandboxfusion-pool", 4, "sandboxes created ahead per SandboxFusion image, each used by one call (0 for none)")
+	f.StringVar(&fusionMemory, "sandboxfusion-memory", "1G", "memory limit of SandboxFusion sandboxes when a call sets no memory_limit_MB")
 	f.StringVar(&diskQuota, "disk-quota", "auto", "how writable layers are size-limited: auto, project (XFS project quotas), image (a file system image per sandbox) or off")
 	return cmd
 }

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,11 +31,13 @@ import (
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/edgeclient"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/fusion"
 	"github.com/dsecproject/dsec/internal/metrics"
 	"github.com/dsecproject/dsec/internal/placement"
 	"github.com/dsecproject/dsec/internal/purge"
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/watcher"
+	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
 // Config configures `dsec up`. Zero fields take CONTRACT.md's defaults.
@@ -62,6 +65,24 @@ type Config struct {
 	Logger           *slog.Logger
 	// Ready is called once the platform serves requests.
 	Ready func(addr string)
+	// SandboxFusion configures the SandboxFusion-compatible API.
+	SandboxFusion FusionConfig
+}
+
+// FusionConfig configures the SandboxFusion-compatible run_code API.
+type FusionConfig struct {
+	// Listen is its address; empty turns it off.
+	Listen string
+	// KeyFile holds the API key its sandboxes are created with (default:
+	// the admin key). Beyond loopback it must be another key, and clients
+	// put it in the URL path: http://HOST:PORT/<key>/run_code.
+	KeyFile string
+	// Images maps languages to images (default: fusion.DefaultLanguages).
+	Images map[string]string
+	// PoolSize is the sandboxes created ahead per image (default 4,
+	// negative for none); Memory their default memory limit (1 GiB).
+	PoolSize int
+	Memory   int64
 }
 
 // DefaultStateDir is where `dsec up` keeps its state.
@@ -69,6 +90,9 @@ const DefaultStateDir = "/var/lib/dsec"
 
 // DefaultListen is the API's default address.
 const DefaultListen = "127.0.0.1:7420"
+
+// DefaultFusionListen is the SandboxFusion API's default address.
+const DefaultFusionListen = "127.0.0.1:8080"
 
 // Run runs the platform until ctx ends, then shuts it down without
 // stopping sandboxes.
@@ -106,6 +130,22 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return errdefs.Newf(errdefs.ErrUnavailable, "listen on %s (--listen): %v", cfg.Listen, err)
 	}
 	defer ln.Close()
+	var fusionLn net.Listener
+	fusionLoopback := true
+	if fc := cfg.SandboxFusion; fc.Listen != "" {
+		fusionLn, err = net.Listen("tcp", fc.Listen)
+		if err != nil {
+			return errdefs.Newf(errdefs.ErrUnavailable, "listen on %s (--sandboxfusion-listen): %v", fc.Listen, err)
+		}
+		defer fusionLn.Close()
+		if a, ok := fusionLn.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+			fusionLoopback = false
+			if fc.KeyFile == "" {
+				return errdefs.Newf(errdefs.ErrInvalidArgument, "--sandboxfusion-listen %s reaches beyond loopback, and SandboxFusion clients send no credentials: "+
+					"give it a key of its own with --sandboxfusion-key-file (dsec key create > FILE) and call http://HOST:PORT/<key>/run_code, or listen on 127.0.0.1", fc.Listen)
+			}
+		}
+	}
 
 	// Tell `dsec purge` what this node uses.
 	rc := purge.RunConfig{CgroupParent: cfg.CgroupParent, UpPid: os.Getpid()}
@@ -122,7 +162,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer etcd.Close()
 	store := cluster.NewStore(etcd.Client(), cluster.StoreConfig{Logger: log})
-	if _, err := store.EnsureAdminKey(ctx, filepath.Join(cfg.StateDir, "admin.key")); err != nil {
+	adminKey, err := store.EnsureAdminKey(ctx, filepath.Join(cfg.StateDir, "admin.key"))
+	if err != nil {
 		return fmt.Errorf("admin key: %w", err)
 	}
 	blobs, err := blobstore.New(filepath.Join(cfg.StateDir, "store"))
@@ -200,6 +241,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	go func() { srvDone <- srv.Serve(ln) }()
 	ready.Store(true)
 	addr := "http://" + ln.Addr().String()
+	stopFusion := func() {}
+	if fusionLn != nil {
+		stop, err := startFusion(cfg.SandboxFusion, fusionLn, fusionLoopback, addr, adminKey, cfg.Node, log)
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+			<-srvDone
+			return err
+		}
+		stopFusion = stop
+		log.Info("SandboxFusion API is up", "addr", "http://"+fusionLn.Addr().String())
+	}
+	defer stopFusion()
 	log.Info("dsec is up", "api", addr, "node", cfg.Node, "state_dir", cfg.StateDir,
 		"admin_key", filepath.Join(cfg.StateDir, "admin.key"))
 	if cfg.Ready != nil {
@@ -215,12 +270,71 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return errors.New("embedded etcd stopped")
 	}
 	log.Info("shutting down; sandboxes keep running")
+	stopFusion()
 	ready.Store(false)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
 	<-srvDone
 	return nil
+}
+
+// startFusion serves the SandboxFusion API on ln, as a client of the API
+// at apiAddr, and returns what stops it (idempotent).
+func startFusion(fc FusionConfig, ln net.Listener, loopback bool, apiAddr, adminKey, node string, log *slog.Logger) (func(), error) {
+	key := adminKey
+	if fc.KeyFile != "" {
+		b, err := os.ReadFile(fc.KeyFile)
+		if err != nil {
+			return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "--sandboxfusion-key-file: %v", err)
+		}
+		key = strings.TrimSpace(string(b))
+		if key == "" {
+			return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "--sandboxfusion-key-file %s is empty: put an API key in it (dsec key create)", fc.KeyFile)
+		}
+	}
+	if !loopback && key == adminKey {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "--sandboxfusion-key-file holds the admin key, and beyond loopback the key goes in URLs: create a key for it (dsec key create --project sandboxfusion > FILE)")
+	}
+	client, err := dsec.New(dsec.Config{Addr: apiAddr, APIKey: key, UserAgent: "dsec-sandboxfusion"})
+	if err != nil {
+		return nil, err
+	}
+	langs := fusion.DefaultLanguages()
+	for name, img := range fc.Images {
+		l, ok := langs[name]
+		if !ok {
+			client.Close()
+			return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "--sandboxfusion-image %s=%s: unknown language; known: python, bash, go", name, img)
+		}
+		l.Image = img
+		langs[name] = l
+	}
+	fs, err := fusion.New(fusion.Config{
+		Client: client, Languages: langs, PoolSize: fc.PoolSize, Memory: fc.Memory,
+		PathKey: key, KeyOnly: !loopback, Node: node, Logger: log,
+	})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	fs.Start()
+	srv := &http.Server{Handler: fs.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+			<-done
+			if err := fs.Close(ctx); err != nil {
+				log.Warn("SandboxFusion API: shut down", "err", err)
+			}
+			client.Close()
+		})
+	}, nil
 }
 
 // h2c serves HTTP/1.1 and HTTP/2 without TLS (prior knowledge), so gRPC

@@ -60,7 +60,7 @@ func StartDsec(ctx context.Context, cfg DsecConfig) (d *Dsec, err error) {
 		return nil, fmt.Errorf("dsec log: %w", err)
 	}
 	args := append([]string{"up", "--state-dir", cfg.StateDir, "--listen", addr,
-		"--cgroup-parent", cfg.CgroupParent, "--node", cfg.Node, "--log-level", "warn"}, cfg.Args...)
+		"--cgroup-parent", cfg.CgroupParent, "--node", cfg.Node, "--log-level", "warn", "--sandboxfusion-listen="}, cfg.Args...)
 	cmd := exec.Command(cfg.Bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
