@@ -106,6 +106,7 @@ Start the platform on this machine with "dsec up -d", then:
 		newFsCmd(g),
 		newImageCmd(g),
 		newKeyCmd(g),
+		newEvalCmd(),
 		newDoctorCmd(g),
 		newPurgeCmd(g),
 	)
