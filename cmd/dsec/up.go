@@ -35,6 +35,7 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		fusionImages                    []string
 		fusionPool                      int
 		fusionMemory                    string
+		warmPool                        int
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -79,6 +80,9 @@ first (see docs/sandboxfusion.md):
 			if err != nil {
 				return err
 			}
+			if warmPool == 0 {
+				warmPool = -1 // none; zero is the keeper's default
+			}
 			if fusionPool == 0 {
 				fusionPool = -1 // none; zero is the package default
 			}
@@ -90,7 +94,7 @@ first (see docs/sandboxfusion.md):
 					PoolSize: fusionPool, Memory: fmem,
 				},
 				StateDir: stateDir, Listen: listen, Node: node, Runtime: runtime,
-				CgroupParent:     cgroupParent,
+				CgroupParent: cgroupParent, DiskQuota: diskQuota, WarmPool: warmPool,
 				IDMap:            rootfs.IDMap{HostID: uidBase, Size: uidCount},
 				Defaults:         edge.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
@@ -115,6 +119,7 @@ first (see docs/sandboxfusion.md):
 	f.IntVar(&fusionPool, "sandboxfusion-pool", 4, "sandboxes created ahead per SandboxFusion image, each used by one call (0 for none)")
 	f.StringVar(&fusionMemory, "sandboxfusion-memory", "1G", "memory limit of SandboxFusion sandboxes when a call sets no memory_limit_MB")
 	f.StringVar(&diskQuota, "disk-quota", "auto", "how writable layers are size-limited: auto, project (XFS project quotas), image (a file system image per sandbox) or off")
+	f.IntVar(&warmPool, "warm-pool", 2, "sandboxes of each recently created shape (image and resources) kept started ahead, so that a create claims one; 0 for none")
 	return cmd
 }
 
@@ -191,6 +196,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	var (
 		runtime, cgroupParent, diskQuota string
 		uidBase, uidCount                uint32
+		warmPool                         int
 	)
 	cmd := &cobra.Command{
 		Use:    "keeper",
@@ -207,8 +213,9 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 			defer stop()
 			err := keeper.Run(ctx, keeper.Config{
 				StateDir: g.resolvedStateDir(), Runtime: runtime, CgroupParent: cgroupParent, DiskQuota: diskQuota,
-				IDMap:   rootfs.IDMap{HostID: uidBase, Size: uidCount},
-				Version: buildVersion(), Logger: log,
+				WarmPool: warmPool,
+				IDMap:    rootfs.IDMap{HostID: uidBase, Size: uidCount},
+				Version:  buildVersion(), Logger: log,
 			})
 			if errors.Is(err, context.Canceled) {
 				return nil
@@ -220,6 +227,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&runtime, "runtime", "", "OCI runtime")
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup holding every sandbox")
 	f.StringVar(&diskQuota, "disk-quota", "auto", "auto, project, image or off")
+	f.IntVar(&warmPool, "warm-pool", 0, "warm sandboxes per recent shape (0: the default; negative: none)")
 	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the sandboxes' range")
 	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "size of the range")
 	return cmd

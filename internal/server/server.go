@@ -55,8 +55,11 @@ type Config struct {
 	CgroupParent string
 	// DiskQuota is how writable layers are limited (keeper.Config).
 	DiskQuota string
-	IDMap     rootfs.IDMap
-	Defaults  edge.Defaults
+	// WarmPool is how many sandboxes of each recently created shape the
+	// keeper keeps started (0: the default; negative: none; keeper.Config).
+	WarmPool int
+	IDMap    rootfs.IDMap
+	Defaults edge.Defaults
 	// MemoryOvercommit (default 4) and MemoryReserve (default 512 MiB) are
 	// the edge's admission settings.
 	MemoryOvercommit float64
@@ -173,7 +176,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	be, err := container.New(ctx, container.Config{
 		StateDir: cfg.StateDir, Runtime: cfg.Runtime, Self: cfg.Self, IDMap: cfg.IDMap,
-		CgroupParent: cfg.CgroupParent, DiskQuota: cfg.DiskQuota,
+		CgroupParent: cfg.CgroupParent, DiskQuota: cfg.DiskQuota, WarmPool: cfg.WarmPool,
 		Version: cfg.Version, Logger: log,
 	})
 	if err != nil {

@@ -38,6 +38,9 @@ type Config struct {
 	CgroupParent string
 	// DiskQuota is how writable layers are limited (keeper.Config).
 	DiskQuota string
+	// WarmPool is how many sandboxes of each recently created shape the
+	// keeper keeps started (0: the keeper's default; negative: none).
+	WarmPool int
 	// MaxFileBytes caps one WriteFile; default 1 GiB.
 	MaxFileBytes int64
 	// MaxTarBytes caps one tar upload or download; default 4 GiB.
@@ -139,6 +142,9 @@ func (b *Backend) ensureKeeper(ctx context.Context) error {
 	}
 	if b.cfg.DiskQuota != "" {
 		args = append(args, "--disk-quota", b.cfg.DiskQuota)
+	}
+	if b.cfg.WarmPool != 0 {
+		args = append(args, "--warm-pool", fmt.Sprint(b.cfg.WarmPool))
 	}
 	return keeper.Start(ctx, b.cfg.Self, b.cfg.StateDir, args)
 }
