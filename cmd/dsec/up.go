@@ -50,6 +50,9 @@ background and returns once the API answers (exit 0) or start-up failed.
 
 On first start it writes an admin API key to <state-dir>/admin.key (0600).
 
+For profiling, DSEC_PPROF=127.0.0.1:PORT serves this process's Go profiles
+(/debug/pprof/) and DSEC_KEEPER_PPROF=127.0.0.1:PORT the node keeper's.
+
 It also serves the SandboxFusion-compatible run_code API (POST /run_code) on
 --sandboxfusion-listen (default 127.0.0.1:8080; empty turns it off). Its clients
 send no credentials, so it creates sandboxes with the admin key, or the key in
@@ -68,6 +71,9 @@ first (see docs/sandboxfusion.md):
 				return fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if err := servePprof("DSEC_PPROF", log); err != nil {
+				return err
+			}
 			res, err := dsec.ParseSize(reserve)
 			if err != nil {
 				return fmt.Errorf("--memory-reserve: %w", err)
@@ -209,6 +215,9 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 				_ = level.UnmarshalText([]byte(v))
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if err := servePprof("DSEC_KEEPER_PPROF", log); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			err := keeper.Run(ctx, keeper.Config{
