@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -linkmode external -extldflags -static
 TAGS    := netgo,osusergo
 
-.PHONY: help build test test-root test-all lint fmt gen check-gen bench density clean
+.PHONY: help build test test-root test-all lint fmt gen check-gen bench density bench-fusion clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ bench: build ## dsec vs raw crun/runc and docker, interleaved: JSON, table, targ
 
 density: build ## density drill: 3,200 idle sandboxes, exec in each, none lost, clean removal
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/density -json bin/density.json $(DENSITY_FLAGS)
+
+bench-fusion: build ## SandboxFusion run_code: HumanEval problems/s at concurrency 1, 2, 4, 8 (JSON, table)
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/fusion -json bin/bench-fusion.json
 
 clean: ## remove build output
 	rm -rf bin
