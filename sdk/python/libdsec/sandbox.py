@@ -1,0 +1,809 @@
+"""Sandboxes: commands, files and lifetimes of one sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import inspect
+import os
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, Sequence, Union)
+
+from . import _tar, _wire, errors
+from ._transport import NoRetry, ServerStream, Transport
+from .types import (DirListing, ExecInfo, ExecResult, ExitStatus, FileInfo, OutputChunk, Resources, Stats,
+                    TarStats)
+
+if TYPE_CHECKING:
+    from .client import DSecClient
+
+__all__ = ["Sandbox", "Process"]
+
+_SVC = "dsec.sandbox.v1.SandboxService/"
+_CHUNK = 1 << 20
+
+_STATES = {1: "creating", 2: "running", 3: "paused", 4: "exited", 5: "failed", 6: "deleted"}
+
+Command = Union[str, Sequence[str]]
+Data = Union[bytes, bytearray, memoryview, str]
+# What uploads read: bytes, a binary file object (read(n), sync or async),
+# or an iterable or async iterable of bytes.
+Source = Any
+
+
+class Sandbox:
+    """A sandbox as the server last described it, and a handle to act on it.
+
+    Get one from :meth:`DSecClient.run_container`, ``create``, ``get``,
+    ``list_sandboxes`` or ``sandbox(id)``. ``async with sandbox:`` stops
+    (deletes) it on exit.
+
+    Attributes:
+        id: its ID (also its hostname).
+        image: the image it runs (NAME:TAG).
+        labels: its labels.
+        state: "creating", "running", "paused", "exited", "failed",
+            "deleted" or "unknown".
+        reason: why it failed or exited.
+        resources: its limits (:class:`Resources`).
+        node, backend, project: where and how it runs, and whose it is.
+        created_at: when it was created.
+        expires_at: when its hard TTL ends it.
+        idle_ttl: seconds without use after which it is deleted.
+        user, workdir, env: the defaults of its commands.
+    """
+
+    def __init__(self, client: "DSecClient", id: str) -> None:
+        self._client = client
+        self.id = id
+        self.image = ""
+        self.labels: Dict[str, str] = {}
+        self.state = "unknown"
+        self.reason = ""
+        self.resources = Resources()
+        self.node = ""
+        self.backend = ""
+        self.project = ""
+        self.created_at: Optional[datetime.datetime] = None
+        self.expires_at: Optional[datetime.datetime] = None
+        self.idle_ttl = 0.0
+        self.user = ""
+        self.workdir = ""
+        self.env: Dict[str, str] = {}
+
+    @classmethod
+    def _from_json(cls, client: "DSecClient", m: Mapping[str, Any]) -> "Sandbox":
+        sb = cls(client, m.get("id", ""))
+        sb._update(m)
+        return sb
+
+    def _update(self, m: Optional[Mapping[str, Any]]) -> None:
+        if not m:
+            return
+        self.id = m.get("id", self.id)
+        self.image = m.get("image", "")
+        self.labels = dict(m.get("labels") or {})
+        self.state = _wire.enum_name(m.get("state"), "STATE_", _STATES)
+        self.reason = m.get("reason", "")
+        self.resources = Resources._from_json(m.get("resources"))
+        self.node = m.get("node", "")
+        self.backend = m.get("backend", "")
+        self.project = m.get("project", "")
+        self.created_at = _wire.parse_timestamp(m.get("createdAt"))
+        self.expires_at = _wire.parse_timestamp(m.get("expiresAt"))
+        self.idle_ttl = _wire.parse_duration(m.get("idleTtl"))
+        self.user = m.get("user", "")
+        self.workdir = m.get("workdir", "")
+        self.env = dict(m.get("env") or {})
+
+    def __repr__(self) -> str:
+        return "Sandbox(id=%r, image=%r, state=%r)" % (self.id, self.image, self.state)
+
+    async def __aenter__(self) -> "Sandbox":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self.stop()
+        except errors.NotFoundError:
+            pass
+
+    @property
+    def _t(self) -> Transport:
+        return self._client._transport()
+
+    def _timeout(self, timeout: Optional[float]) -> Optional[float]:
+        return self._client._call_timeout(timeout)
+
+    # --- lifecycle --------------------------------------------------------
+
+    async def stop(self, *, timeout: Optional[float] = None) -> None:
+        """Stop and delete the sandbox (deleting is stopping); its state
+        becomes "deleted". A sandbox already gone raises NotFoundError."""
+        await self._client.delete(self.id, timeout=timeout)
+        self.state = "deleted"
+
+    async def delete(self, *, timeout: Optional[float] = None) -> None:
+        """The same as :meth:`stop`."""
+        await self.stop(timeout=timeout)
+
+    async def refresh(self, *, timeout: Optional[float] = None) -> "Sandbox":
+        """Reread the sandbox from the server into this object; return it."""
+        resp = await self._t.unary(_SVC + "Get", {"id": self.id}, timeout=self._timeout(timeout), safe=True)
+        self._update(resp.get("sandbox"))
+        return self
+
+    async def set_timeout(self, ttl: Optional[_wire.Seconds] = None, idle_ttl: Optional[_wire.Seconds] = None, *,
+                          timeout: Optional[float] = None) -> None:
+        """Change the TTLs of the live sandbox: ttl is a new hard TTL counted
+        from now, idle_ttl a new idle TTL (seconds or timedelta); None keeps
+        one as it is. The sandbox's fields are updated from the answer."""
+        t = _wire.seconds_of(ttl, "ttl")
+        it = _wire.seconds_of(idle_ttl, "idle_ttl")
+        if (t is not None and t <= 0) or (it is not None and it <= 0):
+            raise errors.InvalidArgumentError("set timeout of sandbox %s: TTLs must be positive (got ttl %s, idle "
+                                              "TTL %s)" % (self.id, t, it))
+        if t is None and it is None:
+            raise errors.InvalidArgumentError("set timeout of sandbox %s: give a ttl, an idle_ttl or both" % self.id)
+        msg: Dict[str, Any] = {"id": self.id}
+        if t is not None:
+            msg["ttl"] = _wire.duration(t)
+        if it is not None:
+            msg["idleTtl"] = _wire.duration(it)
+        resp = await self._t.unary(_SVC + "SetTimeout", msg, timeout=self._timeout(timeout), safe=True)
+        self._update(resp.get("sandbox"))
+
+    async def update_labels(self, labels: Optional[Mapping[str, str]] = None, remove: Iterable[str] = (), *,
+                            timeout: Optional[float] = None) -> None:
+        """Set the labels of ``labels`` and remove the keys of ``remove`` (a
+        key in both is set). The sandbox's fields are updated."""
+        set_ = _wire.string_map(labels, "labels")
+        rm = _wire.string_list(remove, "remove")
+        if not set_ and not rm:
+            raise errors.InvalidArgumentError("update labels of sandbox %s: nothing to set or remove" % self.id)
+        resp = await self._t.unary(_SVC + "UpdateLabels", {"id": self.id, "set": set_, "remove": rm},
+                                   timeout=self._timeout(timeout), safe=True)
+        self._update(resp.get("sandbox"))
+
+    async def stats(self, *, timeout: Optional[float] = None) -> Stats:
+        """Report the sandbox's resource use and limits."""
+        resp = await self._t.unary(_SVC + "Stats", {"id": self.id}, timeout=self._timeout(timeout), safe=True)
+        return Stats._from_json(resp)
+
+    # --- commands ---------------------------------------------------------
+
+    def _exec_msg(self, command: Command, env: Optional[Mapping[str, str]], cwd: Optional[str],
+                  user: Optional[str], stdin: Optional[Data], timeout: Optional[_wire.Seconds], stdin_open: bool,
+                  tty: bool, rows: int, cols: int, output_limit: Optional[int], detach: bool) -> Dict[str, Any]:
+        msg: Dict[str, Any] = {"sandboxId": self.id}
+        if isinstance(command, str):
+            if not command:
+                raise errors.InvalidArgumentError("exec: empty shell command (example: \"echo hello\")")
+            msg["shell"] = command
+        else:
+            argv = _wire.string_list(command, "the command")
+            if not argv:
+                raise errors.InvalidArgumentError("exec: empty command (example: [\"ls\", \"-l\"])")
+            msg["argv"] = argv
+        if env:
+            msg["env"] = _wire.string_map(env, "env")
+        if cwd:
+            msg["cwd"] = cwd
+        if user:
+            msg["user"] = str(user)
+        if stdin is not None:
+            msg["stdin"] = _wire.b64(_bytes(stdin))
+        t = _wire.seconds_of(timeout, "timeout")
+        if t is not None:
+            if t <= 0:
+                raise errors.InvalidArgumentError("exec: timeout %gs is not positive" % t)
+            msg["timeout"] = _wire.duration(t)
+        if stdin_open:
+            msg["stdinOpen"] = True
+        if tty:
+            msg["tty"] = True
+        if not (0 <= rows <= 65535 and 0 <= cols <= 65535):
+            raise errors.InvalidArgumentError("exec: terminal size %dx%d is out of range (0 to 65535 each)"
+                                              % (rows, cols))
+        if rows:
+            msg["rows"] = rows
+        if cols:
+            msg["cols"] = cols
+        if output_limit is not None:
+            if output_limit < 0:
+                raise errors.InvalidArgumentError("exec: output limit %d is negative" % output_limit)
+            msg["outputLimit"] = str(output_limit)
+        if detach:
+            msg["detach"] = True
+        return msg
+
+    async def start(self, command: Command, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                    user: Optional[str] = None, stdin: Optional[Data] = None,
+                    timeout: Optional[_wire.Seconds] = None, stdin_open: bool = False, tty: bool = False,
+                    rows: int = 0, cols: int = 0, output_limit: Optional[int] = None) -> "Process":
+        """Start a command and return once it runs, as a :class:`Process`
+        whose output is read by iterating it (``async for chunk in proc``)
+        and whose end is ``await proc.wait()``.
+
+        Args:
+            command: a string runs with ``/bin/sh -c``; a list of strings
+                runs directly (argv[0] looked up in PATH).
+            env: variables added to the sandbox's environment.
+            cwd: working directory (default: the sandbox's).
+            user: name, uid or uid:gid in the sandbox (default: the
+                sandbox's).
+            stdin: bytes (or text) written to the command's standard input,
+                which is then closed unless stdin_open.
+            timeout: seconds (or timedelta) after which the command's
+                process group is killed; its result then says timed_out.
+            stdin_open: keep standard input open for ``proc.write_stdin``.
+            tty: run on a terminal of rows x cols (default 24x80); output
+                then comes as one stream, stdout, and stdin stays open.
+            output_limit: cap of each output stream in bytes (default 16
+                MiB); past it the command runs on, the rest is dropped and
+                the result says so.
+        """
+        msg = self._exec_msg(command, env, cwd, user, stdin, timeout, stdin_open, tty, rows, cols, output_limit,
+                             False)
+        stream = await self._t.server_stream(_SVC + "Exec", msg)
+        proc = Process(self, stream, "")
+        await proc._await_start()
+        return proc
+
+    async def exec(self, command: Command, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                   user: Optional[str] = None, stdin: Optional[Data] = None,
+                   timeout: Optional[_wire.Seconds] = None, output_limit: Optional[int] = None) -> ExecResult:
+        """Run a command, wait for it and return its output and exit status.
+        A string runs with ``/bin/sh -c``, a list directly; the other
+        arguments are those of :meth:`start`. A command that fails is not an
+        error: look at ``exit_code``, ``signal``, ``timed_out``, or call
+        ``result.check()``."""
+        proc = await self.start(command, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
+                                output_limit=output_limit)
+        return await proc.wait()
+
+    async def run_shell(self, command: str, **kwargs: Any) -> ExecResult:
+        """Run a shell command line (``/bin/sh -c``) and return its result;
+        the keyword arguments are those of :meth:`exec`."""
+        if not isinstance(command, str):
+            raise errors.InvalidArgumentError("run_shell takes a command line (a string); use exec for an argv list")
+        return await self.exec(command, **kwargs)
+
+    async def exec_detached(self, command: Command, *, env: Optional[Mapping[str, str]] = None,
+                            cwd: Optional[str] = None, user: Optional[str] = None, stdin: Optional[Data] = None,
+                            timeout: Optional[_wire.Seconds] = None, stdin_open: bool = False, tty: bool = False,
+                            rows: int = 0, cols: int = 0, output_limit: Optional[int] = None) -> str:
+        """Start a command in the background and return its exec ID as soon
+        as it runs. Its output is kept in the sandbox: follow it with
+        :meth:`attach`, list it with :meth:`list_execs`. Arguments are those
+        of :meth:`start`."""
+        msg = self._exec_msg(command, env, cwd, user, stdin, timeout, stdin_open, tty, rows, cols, output_limit,
+                             True)
+        stream = await self._t.server_stream(_SVC + "Exec", msg)
+        proc = Process(self, stream, "")
+        try:
+            await proc._await_start()
+        finally:
+            await proc.close()
+        return proc.exec_id
+
+    async def attach(self, exec_id: str, stdout_offset: int = 0, stderr_offset: int = 0) -> "Process":
+        """Follow a command by its exec ID, whether it still runs or has
+        ended: its output from the given byte offsets of each stream (0
+        replays it all), then its exit. An unknown exec ID raises
+        NotFoundError when the process is read."""
+        if not exec_id:
+            raise errors.InvalidArgumentError("attach: empty exec ID (list_execs lists them)")
+        if stdout_offset < 0 or stderr_offset < 0:
+            raise errors.InvalidArgumentError("attach: offsets must be >= 0 (got %d and %d)"
+                                              % (stdout_offset, stderr_offset))
+        stream = await self._t.server_stream(_SVC + "Attach", {
+            "sandboxId": self.id, "execId": exec_id,
+            "stdoutOffset": str(stdout_offset), "stderrOffset": str(stderr_offset)})
+        proc = Process(self, stream, exec_id)
+        proc.stdout_offset, proc.stderr_offset = stdout_offset, stderr_offset
+        return proc
+
+    async def write_stdin(self, exec_id: str, data: Data, close: bool = False, *,
+                          timeout: Optional[float] = None) -> None:
+        """Write to the standard input of a command started with stdin_open
+        or a TTY; close it after data when close is set."""
+        b = _bytes(data)
+        for i in range(0, max(len(b), 1), _CHUNK):
+            part = b[i:i + _CHUNK]
+            last = i + _CHUNK >= len(b)
+            msg: Dict[str, Any] = {"sandboxId": self.id, "execId": exec_id}
+            if part:
+                msg["data"] = _wire.b64(part)
+            if close and last:
+                msg["close"] = True
+            await self._t.unary(_SVC + "WriteStdin", msg, timeout=self._timeout(timeout), safe=False)
+
+    async def close_stdin(self, exec_id: str, *, timeout: Optional[float] = None) -> None:
+        """Close a command's standard input (it then reads end of file)."""
+        await self.write_stdin(exec_id, b"", close=True, timeout=timeout)
+
+    async def signal(self, exec_id: str, sig: int = 15, *, timeout: Optional[float] = None) -> None:
+        """Send signal number sig to a command's process group. Numbers are
+        Linux's (the sandbox's): 15 is SIGTERM, 9 SIGKILL."""
+        sig = int(sig)
+        if not 0 <= sig <= 64:
+            raise errors.InvalidArgumentError("signal %d: Linux signals are 1 to 64" % sig)
+        await self._t.unary(_SVC + "Signal", {"sandboxId": self.id, "execId": exec_id, "signal": sig},
+                            timeout=self._timeout(timeout), safe=False)
+
+    async def resize_tty(self, exec_id: str, rows: int, cols: int, *, timeout: Optional[float] = None) -> None:
+        """Change the terminal size of a TTY command."""
+        if not (0 < rows <= 65535 and 0 < cols <= 65535):
+            raise errors.InvalidArgumentError("resize: terminal size %dx%d is out of range (1 to 65535 each)"
+                                              % (rows, cols))
+        await self._t.unary(_SVC + "ResizeTTY", {"sandboxId": self.id, "execId": exec_id, "rows": rows,
+                                                 "cols": cols}, timeout=self._timeout(timeout), safe=True)
+
+    async def list_execs(self, *, timeout: Optional[float] = None) -> List[ExecInfo]:
+        """Return the sandbox's command journal: every exec and its result,
+        oldest first."""
+        resp = await self._t.unary(_SVC + "ListExecs", {"sandboxId": self.id}, timeout=self._timeout(timeout),
+                                   safe=True)
+        return [ExecInfo._from_json(e) for e in resp.get("execs") or []]
+
+    # --- files ------------------------------------------------------------
+    # Paths are resolved in the sandbox's own view of its file system:
+    # symlinks and .. cannot leave it.
+
+    async def read_file(self, path: str, *, timeout: Optional[float] = None) -> bytes:
+        """Return the contents of a regular file in the sandbox."""
+        buf = bytearray()
+
+        async def attempt(_: Optional[float]) -> bytes:
+            del buf[:]
+            await self._read_stream(path, buf.extend, retry_ok=True)
+            return bytes(buf)
+
+        return await self._t.call(attempt, timeout=timeout, safe=True)
+
+    async def download(self, path: str, fileobj: Any, *, timeout: Optional[float] = None) -> FileInfo:
+        """Write a regular file of the sandbox to fileobj (anything with a
+        write method, sync or async) as it streams in; return the file's
+        description."""
+
+        async def attempt(_: Optional[float]) -> FileInfo:
+            return await self._read_stream(path, fileobj.write, retry_ok=True)
+
+        return await self._t.call(attempt, timeout=timeout, safe=True)
+
+    async def _read_stream(self, path: str, write: Any, retry_ok: bool) -> FileInfo:
+        stream = await self._t.server_stream(_SVC + "ReadFile", {"sandboxId": self.id, "path": path})
+        info = FileInfo(path=path)
+        wrote = False
+        try:
+            while True:
+                try:
+                    msg = await stream.recv()
+                except errors.DSecError as e:
+                    raise (NoRetry(e) if wrote else e) from None
+                if msg is None:
+                    return info
+                if msg.get("info"):
+                    info = FileInfo._from_json(msg["info"])
+                data = _wire.unb64(msg.get("data"))
+                if data:
+                    wrote = True
+                    r = write(data)
+                    if inspect.isawaitable(r):
+                        await r
+        finally:
+            stream.close()
+
+    async def write_file(self, path: str, data: Data, *, mode: Optional[int] = None, make_parents: bool = False,
+                         owner: Optional[str] = None, timeout: Optional[float] = None) -> FileInfo:
+        """Write data (bytes, or text as UTF-8) to a regular file in the
+        sandbox, replacing it.
+
+        Args:
+            mode: permission bits (default 0o644).
+            make_parents: create missing parent directories (0o755).
+            owner: name, uid or uid:gid that owns it (default root).
+        """
+        b = _bytes(data)
+
+        async def attempt(remaining: Optional[float]) -> FileInfo:
+            return await self._upload(path, _tar_bytes_chunks(b), mode, make_parents, owner, remaining)
+
+        return await self._t.call(attempt, timeout=timeout, safe=True)
+
+    async def upload(self, path: str, source: Source, *, mode: Optional[int] = None, make_parents: bool = False,
+                     owner: Optional[str] = None, timeout: Optional[float] = None) -> FileInfo:
+        """Write what source yields to a regular file in the sandbox,
+        replacing it, streamed in chunks of at most 1 MiB. source is bytes,
+        a binary file object (its read may be sync or async), or an
+        iterable or async iterable of bytes. If reading source fails, the
+        upload is abandoned and the file left as it was. Options are those
+        of :meth:`write_file`."""
+        return await self._t.call(
+            lambda remaining: self._upload(path, _chunks(source), mode, make_parents, owner, remaining),
+            timeout=timeout, safe=False)
+
+    async def _upload(self, path: str, chunks: AsyncIterator[bytes], mode: Optional[int], make_parents: bool,
+                      owner: Optional[str], timeout: Optional[float]) -> FileInfo:
+        header: Dict[str, Any] = {"sandboxId": self.id, "path": path}
+        if mode is not None:
+            header["mode"] = _perm(mode)
+        if make_parents:
+            header["makeParents"] = True
+        if owner:
+            header["user"] = str(owner)
+
+        async def messages() -> AsyncIterator[Dict[str, Any]]:
+            yield {"header": header}
+            async for c in chunks:
+                yield {"data": _wire.b64(c)}
+
+        try:
+            resp = await self._t.client_stream(_SVC + "WriteFile", messages(), timeout=timeout)
+        finally:
+            await _aclose(chunks)
+        return FileInfo._from_json(resp.get("info"))
+
+    async def stat(self, path: str, *, timeout: Optional[float] = None) -> FileInfo:
+        """Describe a file in the sandbox, following symlinks inside it."""
+        resp = await self._t.unary(_SVC + "Stat", {"sandboxId": self.id, "path": path},
+                                   timeout=self._timeout(timeout), safe=True)
+        return FileInfo._from_json(resp.get("info"))
+
+    async def exists(self, path: str, *, timeout: Optional[float] = None) -> bool:
+        """Whether path exists in the sandbox."""
+        try:
+            await self.stat(path, timeout=timeout)
+        except errors.NotFoundError:
+            return False
+        return True
+
+    async def list_dir(self, path: str, *, limit: int = 0, timeout: Optional[float] = None) -> DirListing:
+        """List a directory of the sandbox (symlinks are listed, not
+        followed); at most limit entries (default and maximum 10000)."""
+        msg: Dict[str, Any] = {"sandboxId": self.id, "path": path}
+        if limit:
+            msg["limit"] = int(limit)
+        resp = await self._t.unary(_SVC + "ListDir", msg, timeout=self._timeout(timeout), safe=True)
+        return DirListing([FileInfo._from_json(e) for e in resp.get("entries") or []], bool(resp.get("truncated")))
+
+    async def mkdir(self, path: str, *, mode: Optional[int] = None, parents: bool = False,
+                    owner: Optional[str] = None, timeout: Optional[float] = None) -> FileInfo:
+        """Make a directory: mode 0o755 unless given, owned by root unless
+        owner, with its missing parents when parents (an existing directory
+        is then no error)."""
+        msg: Dict[str, Any] = {"sandboxId": self.id, "path": path}
+        if mode is not None:
+            msg["mode"] = _perm(mode)
+        if parents:
+            msg["parents"] = True
+        if owner:
+            msg["user"] = str(owner)
+        resp = await self._t.unary(_SVC + "MakeDir", msg, timeout=self._timeout(timeout), safe=parents)
+        return FileInfo._from_json(resp.get("info"))
+
+    async def remove(self, path: str, *, recursive: bool = False, timeout: Optional[float] = None) -> None:
+        """Remove a file or an empty directory, or a whole tree when
+        recursive."""
+        await self._t.unary(_SVC + "Remove", {"sandboxId": self.id, "path": path, "recursive": recursive},
+                            timeout=self._timeout(timeout), safe=False)
+
+    async def rename(self, src: str, dst: str, *, overwrite: bool = False, timeout: Optional[float] = None) -> None:
+        """Rename a file or directory; an existing dst raises
+        AlreadyExistsError unless overwrite."""
+        await self._t.unary(_SVC + "Rename", {"sandboxId": self.id, "from": src, "to": dst, "overwrite": overwrite},
+                            timeout=self._timeout(timeout), safe=False)
+
+    async def download_tar(self, path: str, fileobj: Any, *, timeout: Optional[float] = None) -> int:
+        """Write the file or tree at path to fileobj (write may be sync or
+        async) as a tar archive, as it streams in; entries are named
+        relative to path. Return the archive's size."""
+
+        async def attempt(_: Optional[float]) -> int:
+            stream = await self._t.server_stream(_SVC + "DownloadTar", {"sandboxId": self.id, "path": path})
+            n = 0
+            try:
+                while True:
+                    try:
+                        msg = await stream.recv()
+                    except errors.DSecError as e:
+                        raise (NoRetry(e) if n else e) from None
+                    if msg is None:
+                        return n
+                    data = _wire.unb64(msg.get("data"))
+                    if data:
+                        n += len(data)
+                        r = fileobj.write(data)
+                        if inspect.isawaitable(r):
+                            await r
+            finally:
+                stream.close()
+
+        return await self._t.call(attempt, timeout=timeout, safe=True)
+
+    async def upload_tar(self, dir: str, source: Source, *, make_parents: bool = False,
+                         owner: Optional[str] = None, timeout: Optional[float] = None) -> TarStats:
+        """Extract the tar archive source yields (see :meth:`upload`) into
+        the directory dir of the sandbox. The server refuses a bad archive
+        (names or links that leave dir, devices) before it writes anything.
+        Owners in the archive are ignored: everything belongs to root or
+        owner; make_parents creates dir."""
+        return await self._t.call(
+            lambda remaining: self._upload_tar(dir, _chunks(source), make_parents, owner, remaining),
+            timeout=timeout, safe=False)
+
+    async def _upload_tar(self, dir: str, chunks: AsyncIterator[bytes], make_parents: bool, owner: Optional[str],
+                          timeout: Optional[float]) -> TarStats:
+        header: Dict[str, Any] = {"sandboxId": self.id, "path": dir}
+        if make_parents:
+            header["makeParents"] = True
+        if owner:
+            header["user"] = str(owner)
+
+        async def messages() -> AsyncIterator[Dict[str, Any]]:
+            yield {"header": header}
+            async for c in chunks:
+                yield {"data": _wire.b64(c)}
+
+        try:
+            m = await self._t.client_stream(_SVC + "UploadTar", messages(), timeout=timeout)
+        finally:
+            await _aclose(chunks)
+        return TarStats(files=_wire.to_int(m.get("files")), dirs=_wire.to_int(m.get("dirs")),
+                        links=_wire.to_int(m.get("links")), bytes=_wire.to_int(m.get("bytes")))
+
+    async def upload_dir(self, local_dir: str, remote_dir: str, *, make_parents: bool = False,
+                         owner: Optional[str] = None, timeout: Optional[float] = None) -> TarStats:
+        """Copy the local tree local_dir into the directory remote_dir of the
+        sandbox (local_dir's entries become remote_dir's), streamed as a tar
+        archive while it is read: regular files, directories and symlinks
+        with their permission bits and times; hard links as copies; other
+        files left out. Options are those of :meth:`upload_tar`."""
+        local_dir = os.fspath(local_dir)
+        if not os.path.isdir(local_dir):
+            raise errors.InvalidArgumentError("upload %s: not a local directory" % local_dir)
+        return await self._t.call(
+            lambda remaining: self._upload_tar(remote_dir, _tar.tar_chunks(local_dir), make_parents, owner,
+                                               remaining),
+            timeout=timeout, safe=False)
+
+    async def download_dir(self, remote_path: str, local_dir: str, *, timeout: Optional[float] = None) -> None:
+        """Copy the tree at remote_path into the local directory local_dir
+        (created if missing): remote_path's entries become local_dir's, and
+        a file lands in local_dir under its name.
+
+        The archive comes from an untrusted sandbox, so it is extracted
+        defensively: absolute names, .. elements, paths through symlinks
+        and devices raise ArchiveError and nothing is written outside
+        local_dir. Symlinks are created as they are; permission bits are
+        kept without setuid, setgid and sticky; owners are not.
+        """
+        sp = _tar.spool()
+        await self.download_tar(remote_path, sp, timeout=timeout)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, _tar.extract_spooled, sp, os.fspath(local_dir), _tar.base_of(remote_path))
+
+
+class Process:
+    """A running (or ended) command: iterate it for its output, wait for its
+    end, write its input, resize its terminal, signal it.
+
+    ``async for chunk in proc`` yields :class:`OutputChunk` objects as the
+    output arrives and stops at the command's end, after which ``exit``
+    holds its :class:`ExitStatus`. ``await proc.wait()`` reads the rest and
+    returns an :class:`ExecResult` with the output not yet iterated. Close
+    the process (``await proc.close()`` or ``async with proc``) to stop
+    following it; the command runs on.
+
+    Attributes:
+        exec_id: the command's ID.
+        exit: how it ended, once it has.
+        stdout_offset, stderr_offset: bytes of each stream received so far
+            (from the attach offsets), where to attach again from.
+    """
+
+    def __init__(self, sandbox: Sandbox, stream: ServerStream, exec_id: str) -> None:
+        self.sandbox = sandbox
+        self.exec_id = exec_id
+        self.exit: Optional[ExitStatus] = None
+        self.stdout_offset = 0
+        self.stderr_offset = 0
+        self._stream: Optional[ServerStream] = stream
+        self._pending: List[Dict[str, Any]] = []
+
+    def __repr__(self) -> str:
+        return "Process(exec_id=%r, sandbox=%r, exit=%r)" % (self.exec_id, self.sandbox.id, self.exit)
+
+    async def __aenter__(self) -> "Process":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __aiter__(self) -> "Process":
+        return self
+
+    async def __anext__(self) -> OutputChunk:
+        chunk = await self.read()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+    def _fail(self, e: errors.DSecError) -> errors.DSecError:
+        if self.exec_id:
+            e.exec_id = self.exec_id
+            e.message = "exec %s in sandbox %s: %s" % (self.exec_id, self.sandbox.id, e.message)
+            e.args = (e.message,)
+        return e
+
+    async def _recv(self) -> Optional[Dict[str, Any]]:
+        if self._pending:
+            return self._pending.pop(0)
+        stream = self._stream
+        if stream is None:
+            raise self._fail(errors.FailedPreconditionError(
+                "the process is closed; attach to the command again with sandbox.attach(exec_id, stdout_offset, "
+                "stderr_offset)"))
+        try:
+            msg = await stream.recv()
+        except errors.DSecError as e:
+            stream.close()
+            self._stream = None
+            raise self._fail(e) from None
+        except BaseException:
+            # Cancelled or timed out in the middle of a read: the stream
+            # cannot be resumed.
+            stream.close()
+            self._stream = None
+            raise
+        if msg is None:
+            stream.close()
+            self._stream = None
+            if not self.exec_id:
+                raise errors.UnavailableError("exec in sandbox %s: the stream ended before the command started; it "
+                                              "is unknown whether it ran" % self.sandbox.id)
+            raise self._fail(errors.UnavailableError(
+                "the stream ended before the command exited; it may still be running: attach to it with "
+                "sandbox.attach(%r, stdout_offset=%d, stderr_offset=%d)"
+                % (self.exec_id, self.stdout_offset, self.stderr_offset)))
+        return msg
+
+    async def _await_start(self) -> None:
+        """Read up to the started event, keeping anything before it."""
+        try:
+            while True:
+                msg = await self._recv()
+                if isinstance(msg.get("started"), dict):
+                    self.exec_id = msg["started"].get("execId", "")
+                    return
+                self._pending.append(msg)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def read(self) -> Optional[OutputChunk]:
+        """Return the next piece of output, or None once the command ended
+        (then ``exit`` is set)."""
+        while self.exit is None:
+            msg = await self._recv()
+            if isinstance(msg.get("started"), dict):
+                self.exec_id = msg["started"].get("execId", "") or self.exec_id
+            elif isinstance(msg.get("output"), dict):
+                out = msg["output"]
+                data = _wire.unb64(out.get("data"))
+                name = "stderr" if out.get("stream") in ("STREAM_STDERR", 2) else "stdout"
+                offset = _wire.to_int(out.get("offset"))
+                if name == "stdout":
+                    self.stdout_offset = offset + len(data)
+                else:
+                    self.stderr_offset = offset + len(data)
+                if data:
+                    return OutputChunk(name, data, offset)
+            elif isinstance(msg.get("exit"), dict):
+                self.exit = ExitStatus._from_json(self.exec_id, msg["exit"])
+                stream, self._stream = self._stream, None
+                if stream is not None:
+                    # Read the end of the stream so the connection is reused.
+                    try:
+                        await stream.recv()
+                    except errors.DSecError:
+                        pass
+                    stream.close()
+            # keepalives and events this version does not know are skipped
+        return None
+
+    async def wait(self) -> ExecResult:
+        """Read the rest of the output until the command ends; return its
+        exit status with the output not read before."""
+        out, err = bytearray(), bytearray()
+        while True:
+            chunk = await self.read()
+            if chunk is None:
+                break
+            (err if chunk.stream == "stderr" else out).extend(chunk.data)
+        assert self.exit is not None
+        st = self.exit
+        return ExecResult(exec_id=st.exec_id, exit_code=st.exit_code, signal=st.signal, timed_out=st.timed_out,
+                          oom_killed=st.oom_killed, stdout_truncated=st.stdout_truncated,
+                          stderr_truncated=st.stderr_truncated, duration=st.duration, lost=st.lost,
+                          stdout_bytes=bytes(out), stderr_bytes=bytes(err))
+
+    async def write_stdin(self, data: Data, close: bool = False) -> None:
+        """Write to the command's standard input (started with stdin_open or
+        tty); close it after data when close is set."""
+        await self.sandbox.write_stdin(self.exec_id, data, close)
+
+    async def close_stdin(self) -> None:
+        """Close the command's standard input."""
+        await self.sandbox.close_stdin(self.exec_id)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Change the command's terminal size."""
+        await self.sandbox.resize_tty(self.exec_id, rows, cols)
+
+    async def signal(self, sig: int = 15) -> None:
+        """Send signal number sig (Linux numbering) to the command's process
+        group."""
+        await self.sandbox.signal(self.exec_id, sig)
+
+    async def close(self) -> None:
+        """Stop following the command; it runs on. Idempotent."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+
+def _bytes(data: Data) -> bytes:
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise errors.InvalidArgumentError("want bytes or str, not %s" % type(data).__name__)
+
+
+def _perm(mode: int) -> int:
+    mode = int(mode)
+    if not 0 <= mode <= 0o7777:
+        raise errors.InvalidArgumentError("mode %o has bits beyond permissions (0o7777)" % mode)
+    return mode
+
+
+async def _tar_bytes_chunks(b: bytes) -> AsyncIterator[bytes]:
+    for i in range(0, len(b), _CHUNK):
+        yield b[i:i + _CHUNK]
+
+
+async def _chunks(source: Source) -> AsyncIterator[bytes]:
+    """Yield what an upload source holds in chunks of at most 1 MiB."""
+    if isinstance(source, (bytes, bytearray, memoryview, str)):
+        async for c in _tar_bytes_chunks(_bytes(source)):
+            yield c
+        return
+    if hasattr(source, "read"):
+        while True:
+            c = source.read(_CHUNK)
+            if inspect.isawaitable(c):
+                c = await c
+            if not c:
+                return
+            yield _bytes(c)
+    elif hasattr(source, "__aiter__"):
+        async for c in source:
+            for i in range(0, len(c), _CHUNK):
+                yield _bytes(c[i:i + _CHUNK])
+    elif hasattr(source, "__iter__"):
+        for c in source:
+            for i in range(0, len(c), _CHUNK):
+                yield _bytes(c[i:i + _CHUNK])
+    else:
+        raise errors.InvalidArgumentError("upload: want bytes, a binary file or an iterable of bytes, not %s"
+                                          % type(source).__name__)
+
+
+async def _aclose(gen: Any) -> None:
+    aclose = getattr(gen, "aclose", None)
+    if aclose is not None:
+        try:
+            await aclose()
+        except Exception:
+            pass

@@ -1,0 +1,399 @@
+"""Plain data the API returns: exit statuses, command output, file
+descriptions, statistics, events, images and keys.
+
+Durations are float seconds; times are timezone-aware datetimes (UTC);
+sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import stat as _stat
+from typing import Any, Dict, Iterator, List, Mapping, Optional, TYPE_CHECKING
+
+from . import _wire, errors
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
+
+__all__ = [
+    "Resources", "ExitStatus", "ExecResult", "OutputChunk", "ExecInfo", "FileInfo", "DirListing",
+    "TarStats", "Stats", "Event", "BatchResult", "Layer", "ImageConfig", "Image", "Key",
+]
+
+
+@dataclasses.dataclass
+class Resources:
+    """What a sandbox may use.
+
+    Attributes:
+        memory: memory limit in bytes.
+        cpus: CPU cap in cores (may be fractional).
+        pids: most processes and threads.
+        disk: size of the writable layer in bytes.
+    """
+
+    memory: int = 0
+    cpus: float = 0.0
+    pids: int = 0
+    disk: int = 0
+
+    @classmethod
+    def _from_json(cls, m: Optional[Mapping[str, Any]]) -> "Resources":
+        m = m or {}
+        return cls(memory=_wire.to_int(m.get("memoryBytes")), cpus=_wire.to_float(m.get("cpus")),
+                   pids=_wire.to_int(m.get("pids")), disk=_wire.to_int(m.get("diskBytes")))
+
+
+@dataclasses.dataclass
+class ExitStatus:
+    """How a command ended. A command that ran and failed is not an error.
+
+    Attributes:
+        exec_id: the command's ID in its sandbox (attach to it with it).
+        exit_code: its exit code when it exited.
+        signal: the number of the signal that ended it (exit_code is 0).
+        timed_out: its timeout killed its process group.
+        oom_killed: the kernel killed it for memory.
+        stdout_truncated, stderr_truncated: the stream passed its cap and the
+            rest of it was dropped.
+        duration: how long it ran, in seconds.
+        lost: its end was not observed (its node's keeper restarted while it
+            ran); the other fields say nothing.
+    """
+
+    exec_id: str = ""
+    exit_code: int = 0
+    signal: int = 0
+    timed_out: bool = False
+    oom_killed: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration: float = 0.0
+    lost: bool = False
+
+    @property
+    def code(self) -> int:
+        """The exit code a shell reports: 124 for a timeout, 128+N for
+        signal N, else exit_code."""
+        if self.timed_out:
+            return 124
+        if self.signal:
+            return 128 + self.signal
+        return self.exit_code
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command exited with code 0 on its own."""
+        return self.code == 0 and not self.lost and not self.oom_killed
+
+    @classmethod
+    def _from_json(cls, exec_id: str, m: Mapping[str, Any]) -> "ExitStatus":
+        return cls(**_exit_fields(exec_id, m))
+
+
+def _exit_fields(exec_id: str, m: Mapping[str, Any]) -> Dict[str, Any]:
+    return dict(
+        exec_id=exec_id,
+        exit_code=_wire.to_int(m.get("exitCode")),
+        signal=_wire.to_int(m.get("signal")),
+        timed_out=bool(m.get("timedOut")),
+        oom_killed=bool(m.get("oomKilled")),
+        stdout_truncated=bool(m.get("stdoutTruncated")),
+        stderr_truncated=bool(m.get("stderrTruncated")),
+        duration=_wire.parse_duration(m.get("duration")),
+        lost=bool(m.get("lost")),
+    )
+
+
+@dataclasses.dataclass
+class ExecResult(ExitStatus):
+    """A finished command with its output.
+
+    Attributes:
+        stdout_bytes, stderr_bytes: the output as it came.
+        stdout, stderr: the same decoded as UTF-8 (undecodable bytes
+            replaced).
+    """
+
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_bytes.decode("utf-8", "replace")
+
+    def check(self) -> "ExecResult":
+        """Return self if the command succeeded, else raise
+        FailedPreconditionError with its code and the end of its stderr."""
+        if not self.ok:
+            tail = self.stderr[-500:].strip()
+            raise errors.FailedPreconditionError(
+                "exec %s failed with code %d%s" % (self.exec_id, self.code, ": " + tail if tail else ""),
+                exec_id=self.exec_id)
+        return self
+
+
+@dataclasses.dataclass
+class OutputChunk:
+    """A piece of a command's output.
+
+    Attributes:
+        stream: "stdout" or "stderr".
+        data: the bytes.
+        offset: the byte offset of data in its stream.
+    """
+
+    stream: str
+    data: bytes
+    offset: int = 0
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+@dataclasses.dataclass
+class ExecInfo:
+    """One entry of a sandbox's command journal.
+
+    Attributes:
+        exec_id: the command's ID.
+        argv: the command (a shell line shows as ["/bin/sh", "-c", line]).
+        tty: it runs on a terminal.
+        started_at: when it started.
+        running: it has not ended (exit is then None).
+        exit: how it ended, once it has.
+        stdout_bytes, stderr_bytes: sizes of its output streams, the offsets
+            up to which attach can replay them.
+    """
+
+    exec_id: str
+    argv: List[str]
+    tty: bool = False
+    started_at: Optional[datetime.datetime] = None
+    running: bool = False
+    exit: Optional[ExitStatus] = None
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+    @classmethod
+    def _from_json(cls, m: Mapping[str, Any]) -> "ExecInfo":
+        exec_id = m.get("execId", "")
+        return cls(exec_id=exec_id, argv=list(m.get("argv") or []), tty=bool(m.get("tty")),
+                   started_at=_wire.parse_timestamp(m.get("startedAt")), running=bool(m.get("running")),
+                   exit=ExitStatus._from_json(exec_id, m["exit"]) if m.get("exit") is not None else None,
+                   stdout_bytes=_wire.to_int(m.get("stdoutBytes")), stderr_bytes=_wire.to_int(m.get("stderrBytes")))
+
+
+_TYPE_BITS = {"dir": _stat.S_IFDIR, "symlink": _stat.S_IFLNK, "fifo": _stat.S_IFIFO,
+              "socket": _stat.S_IFSOCK, "device": _stat.S_IFCHR, "file": _stat.S_IFREG}
+
+
+@dataclasses.dataclass
+class FileInfo:
+    """A file in a sandbox.
+
+    Attributes:
+        path: its path in the sandbox.
+        name: its base name (set in directory listings).
+        type: "file", "dir", "symlink", "fifo", "socket", "device", or ""
+            when the server did not say.
+        link_target: a symlink's target.
+        size: size in bytes.
+        mode: permission bits (with setuid, setgid and sticky), like
+            st_mode & 0o7777.
+        mod_time: last modification.
+        is_dir: it is a directory.
+        uid, gid: owner as seen in the sandbox.
+    """
+
+    path: str = ""
+    name: str = ""
+    type: str = ""
+    link_target: str = ""
+    size: int = 0
+    mode: int = 0
+    mod_time: Optional[datetime.datetime] = None
+    is_dir: bool = False
+    uid: int = 0
+    gid: int = 0
+
+    @property
+    def st_mode(self) -> int:
+        """mode with the file type bits, as os.stat's st_mode."""
+        return self.mode | _TYPE_BITS.get(self.type, _stat.S_IFDIR if self.is_dir else 0)
+
+    @classmethod
+    def _from_json(cls, m: Optional[Mapping[str, Any]]) -> "FileInfo":
+        m = m or {}
+        typ = m.get("type", "")
+        return cls(path=m.get("path", ""), name=m.get("name", ""), type=typ, link_target=m.get("linkTarget", ""),
+                   size=_wire.to_int(m.get("size")), mode=_wire.to_int(m.get("mode")) & 0o7777,
+                   mod_time=_wire.parse_timestamp(m.get("modTime")), is_dir=bool(m.get("isDir")) or typ == "dir",
+                   uid=_wire.to_int(m.get("uid")), gid=_wire.to_int(m.get("gid")))
+
+
+@dataclasses.dataclass
+class DirListing:
+    """A directory's entries; truncated says the server left entries out
+    past its limit (10000). Iterating it iterates the entries."""
+
+    entries: List[FileInfo]
+    truncated: bool = False
+
+    def __iter__(self) -> Iterator[FileInfo]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def names(self) -> List[str]:
+        """The entries' names, sorted."""
+        return sorted(e.name for e in self.entries)
+
+
+@dataclasses.dataclass
+class TarStats:
+    """What an archive upload extracted: regular files (and fifos),
+    directories, links, and bytes of file data."""
+
+    files: int = 0
+    dirs: int = 0
+    links: int = 0
+    bytes: int = 0
+
+
+@dataclasses.dataclass
+class Stats:
+    """A sandbox's resource use and limits.
+
+    Attributes:
+        cpu: CPU time its processes used, in seconds.
+        cpus: its CPU cap in cores.
+        memory, memory_limit: bytes.
+        pids, pids_limit: processes and threads.
+        disk, disk_limit: the writable layer's use and size in bytes.
+        oom_kills: processes the kernel killed for memory.
+        output, output_limit: bytes of exec output kept, and the quota.
+    """
+
+    cpu: float = 0.0
+    cpus: float = 0.0
+    memory: int = 0
+    memory_limit: int = 0
+    pids: int = 0
+    pids_limit: int = 0
+    disk: int = 0
+    disk_limit: int = 0
+    oom_kills: int = 0
+    output: int = 0
+    output_limit: int = 0
+
+    @classmethod
+    def _from_json(cls, m: Mapping[str, Any]) -> "Stats":
+        i = _wire.to_int
+        return cls(cpu=_wire.parse_duration(m.get("cpuUsage")), cpus=_wire.to_float(m.get("cpusLimit")),
+                   memory=i(m.get("memoryBytes")), memory_limit=i(m.get("memoryLimit")), pids=i(m.get("pids")),
+                   pids_limit=i(m.get("pidsLimit")), disk=i(m.get("diskBytes")), disk_limit=i(m.get("diskLimit")),
+                   oom_kills=i(m.get("oomKills")), output=i(m.get("outputBytes")),
+                   output_limit=i(m.get("outputLimit")))
+
+
+@dataclasses.dataclass
+class Event:
+    """A change of a sandbox's state.
+
+    Attributes:
+        type: "created", "exited", "oom", "ttl_expired", "failed",
+            "deleted", "updated", or "unknown".
+        sandbox: the sandbox as it is after the change.
+        reason: why, for people.
+        time: when.
+    """
+
+    type: str
+    sandbox: Optional["Sandbox"]
+    reason: str = ""
+    time: Optional[datetime.datetime] = None
+
+
+@dataclasses.dataclass
+class BatchResult:
+    """The outcome of one item of a batch create: the sandbox, or the
+    error that kept it from being created (e.g. ResourceExhaustedError with
+    retry_after)."""
+
+    index: int
+    sandbox: Optional["Sandbox"] = None
+    error: Optional[errors.DSecError] = None
+
+
+@dataclasses.dataclass
+class Layer:
+    """A stored read-only EROFS layer; digest is sha256:<hex>."""
+
+    digest: str
+    size: int = 0
+    media_type: str = ""
+
+
+@dataclasses.dataclass
+class ImageConfig:
+    """How to run an image; env holds "K=V" entries."""
+
+    env: List[str] = dataclasses.field(default_factory=list)
+    workdir: str = ""
+    user: str = ""
+    entrypoint: List[str] = dataclasses.field(default_factory=list)
+    cmd: List[str] = dataclasses.field(default_factory=list)
+
+    def _to_json(self) -> Dict[str, Any]:
+        return {"env": list(self.env), "workdir": self.workdir, "user": self.user,
+                "entrypoint": list(self.entrypoint), "cmd": list(self.cmd)}
+
+
+@dataclasses.dataclass
+class Image:
+    """A named, ordered list of layers (an environment); name is NAME:TAG,
+    layers lowest first, size their sum."""
+
+    name: str
+    layers: List[Layer] = dataclasses.field(default_factory=list)
+    config: ImageConfig = dataclasses.field(default_factory=ImageConfig)
+    created_at: Optional[datetime.datetime] = None
+    size: int = 0
+
+    @classmethod
+    def _from_json(cls, m: Mapping[str, Any]) -> "Image":
+        c = m.get("config") or {}
+        return cls(name=m.get("name", ""),
+                   layers=[Layer(digest=x.get("digest", ""), size=_wire.to_int(x.get("size")),
+                                 media_type=x.get("mediaType", "")) for x in m.get("layers") or []],
+                   config=ImageConfig(env=list(c.get("env") or []), workdir=c.get("workdir", ""),
+                                      user=c.get("user", ""), entrypoint=list(c.get("entrypoint") or []),
+                                      cmd=list(c.get("cmd") or [])),
+                   created_at=_wire.parse_timestamp(m.get("createdAt")), size=_wire.to_int(m.get("size")))
+
+
+@dataclasses.dataclass
+class Key:
+    """An API key's description (never its secret); admin keys may create
+    keys; project is the project whose sandboxes it sees."""
+
+    id: str
+    name: str = ""
+    project: str = ""
+    admin: bool = False
+    created_at: Optional[datetime.datetime] = None
+
+    @classmethod
+    def _from_json(cls, m: Optional[Mapping[str, Any]]) -> "Key":
+        m = m or {}
+        return cls(id=m.get("id", ""), name=m.get("name", ""), project=m.get("project", ""),
+                   admin=bool(m.get("admin")), created_at=_wire.parse_timestamp(m.get("createdAt")))
