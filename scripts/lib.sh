@@ -35,5 +35,5 @@ install_packages() {
 }
 
 # The packages the platform needs at run time, and to build and test it.
-RUNTIME_PACKAGES="crun runc busybox-static mmdebstrap"
+RUNTIME_PACKAGES="crun runc busybox-static mmdebstrap python3 python3-venv"
 BUILD_PACKAGES="gcc libc6-dev make protobuf-compiler erofs-utils xfsprogs e2fsprogs"
