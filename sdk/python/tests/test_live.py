@@ -269,15 +269,15 @@ class FileTest(support.SharedSandboxTestCase):
             with open(os.path.join(src, "sub", "deep", "big.bin"), "wb") as f:
                 f.write(os.urandom(3 << 20))
             os.symlink("a.txt", os.path.join(src, "ln"))
-            st = await self.sb.upload_dir(src, "/work/proj", make_parents=True)
+            st = await self.sb.upload_dir(src, "/srv/proj", make_parents=True)
             self.assertEqual((st.files, st.links), (3, 1))
             self.assertGreaterEqual(st.dirs, 2)  # sub, sub/deep, and what make_parents made
             self.assertEqual(st.bytes, 5 + 19 + (3 << 20))
-            r = await self.sb.run_shell("cd /work/proj && sub/run.sh && cat ln && readlink ln")
+            r = await self.sb.run_shell("cd /srv/proj && sub/run.sh && cat ln && readlink ln")
             self.assertEqual(r.stdout, "ran\nalphaa.txt\n")
 
             dst = os.path.join(tmp, "dst")
-            await self.sb.download_dir("/work/proj", dst)
+            await self.sb.download_dir("/srv/proj", dst)
             self.assertEqual(sorted(os.listdir(dst)), ["a.txt", "ln", "sub"])
             with open(os.path.join(dst, "sub", "deep", "big.bin"), "rb") as f, \
                     open(os.path.join(src, "sub", "deep", "big.bin"), "rb") as g:
@@ -287,7 +287,7 @@ class FileTest(support.SharedSandboxTestCase):
 
             # A single file lands under its name.
             one = os.path.join(tmp, "one")
-            await self.sb.download_dir("/work/proj/a.txt", one)
+            await self.sb.download_dir("/srv/proj/a.txt", one)
             with open(os.path.join(one, "a.txt")) as f:
                 self.assertEqual(f.read(), "alpha")
 

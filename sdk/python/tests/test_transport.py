@@ -280,6 +280,27 @@ class StreamTest(FakeTestCase):
         self.assertIn("probably dead", str(cm.exception))
         self.assertEqual(cm.exception.exec_id, "x3")
 
+    async def test_cancelled_stream_leaves_the_client_usable(self):
+        def handle(path, headers, body):
+            if path.endswith("/Get"):
+                return unary_ok({"sandbox": SANDBOX})
+            return Reply(200, content_type="application/connect+json",
+                         chunks=[(0, envelope({"started": {"execId": "x4"}})), (1.0, end_stream())])
+
+        srv = self.serve(handle)
+        c = self.client(srv, max_concurrency=1)
+        proc = await c.sandbox("node-abc").start("sleep 100")
+        with self.assertRaises(asyncio.TimeoutError):
+            await asyncio.wait_for(proc.wait(), 0.2)
+        # The stream's place and connection were given back: the next call
+        # neither waits for the limit nor reuses the broken connection.
+        sb = await asyncio.wait_for(c.get("node-abc"), 5)
+        self.assertEqual(sb.id, "node-abc")
+        self.assertEqual(c.transport_stats["connections"], 2)
+        with self.assertRaises(libdsec.FailedPreconditionError) as cm:
+            await proc.wait()
+        self.assertEqual(cm.exception.exec_id, "x4")
+
     async def test_compressed_envelope(self):
         data = gzip.compress(json.dumps({"event": {"type": "EVENT_TYPE_CREATED", "sandbox": SANDBOX}}).encode())
         import struct
