@@ -113,10 +113,11 @@ class ExecTest(support.SharedSandboxTestCase):
             await proc.write_stdin(b"three\n", close=True)
             r = await proc.wait()
         self.assertEqual(r.stdout, "two\nthree\n")
-        proc = await self.sb.start("read a; echo got $a", stdin_open=True)
+        # cat ends only when its input is closed.
+        proc = await self.sb.start(["sh", "-c", "cat; echo end"], stdin_open=True)
         await self.sb.write_stdin(proc.exec_id, "x\n")
         await proc.close_stdin()
-        self.assertEqual((await proc.wait()).stdout, "got x\n")
+        self.assertEqual((await proc.wait()).stdout, "x\nend\n")
 
     async def test_tty_and_resize(self):
         proc = await self.sb.start("stty size; read line; stty size", tty=True, rows=30, cols=100)
