@@ -104,6 +104,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxTimeout caps compile_timeout and run_timeout (default 15 min).
 	MaxTimeout time.Duration
+	// CapacityWait is how long a call waits for room on the platform
+	// when it is full (default 2 min; negative: not at all).
+	CapacityWait time.Duration
 	// PathKey, when set, serves the API under /<PathKey>/ too.
 	PathKey string
 	// KeyOnly serves only under /<PathKey>/ (for listeners beyond
@@ -120,7 +123,9 @@ type Server struct {
 	cfg  Config
 	log  *slog.Logger
 	sem  chan struct{}
-	ctx  context.Context // ends at Close; owns the pools and deletions
+	// newSandbox creates a sandbox (create; tests replace it).
+	newSandbox func(ctx context.Context, key poolKey) (*dsec.Sandbox, error)
+	ctx        context.Context // ends at Close; owns the pools and deletions
 	stop context.CancelFunc
 	wg   sync.WaitGroup // pools' goroutines and deletions
 
@@ -171,6 +176,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxTimeout <= 0 {
 		cfg.MaxTimeout = 15 * time.Minute
 	}
+	if cfg.CapacityWait == 0 {
+		cfg.CapacityWait = 2 * time.Minute
+	}
 	if cfg.Node == "" {
 		cfg.Node = "default"
 	}
@@ -178,10 +186,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent),
 		ctx: ctx, stop: stop, pools: make(map[poolKey]*pool),
-	}, nil
+	}
+	s.newSandbox = s.create
+	return s, nil
 }
 
 // Start deletes the sandboxes an earlier server on this node left behind,
@@ -243,7 +253,7 @@ func (s *Server) pool(key poolKey) *pool {
 	if len(s.pools) >= maxPools {
 		return nil
 	}
-	p := newPool(key, s.cfg.PoolSize, poolMaxAge, key.memory == s.cfg.Memory, s.create, s.discard, s.log)
+	p := newPool(key, s.cfg.PoolSize, poolMaxAge, key.memory == s.cfg.Memory, s.newSandbox, s.discard, s.log)
 	s.pools[key] = p
 	s.wg.Add(1)
 	go func() {
@@ -276,11 +286,37 @@ func (s *Server) discard(sb *dsec.Sandbox) {
 }
 
 // sandbox returns a sandbox for one call: from the pool, or a new one.
+// While the platform is full (ResourceExhausted) or unreachable
+// (Unavailable) it retries, after the server's retry hint, for up to
+// CapacityWait: SandboxFusion clients expect a call to run, not to be
+// turned away by a passing burst.
 func (s *Server) sandbox(ctx context.Context, key poolKey) (*dsec.Sandbox, error) {
-	if p := s.pool(key); p != nil {
-		return p.take(ctx)
+	deadline := time.Now().Add(s.cfg.CapacityWait)
+	for {
+		var sb *dsec.Sandbox
+		var err error
+		if p := s.pool(key); p != nil {
+			sb, err = p.take(ctx)
+		} else {
+			sb, err = s.newSandbox(ctx, key)
+		}
+		if err == nil || !errors.Is(err, dsec.ErrResourceExhausted) && !errors.Is(err, dsec.ErrUnavailable) {
+			return sb, err
+		}
+		wait := time.Second
+		var de *dsec.Error
+		if errors.As(err, &de) && de.RetryAfter > 0 {
+			wait = min(de.RetryAfter, 5*time.Second)
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
 	}
-	return s.create(ctx, key)
 }
 
 // Handler serves POST /run_code and GET /v1/ping (and the same under

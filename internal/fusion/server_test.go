@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -31,6 +32,7 @@ func newTestServer(t *testing.T, cfg Config) *Server {
 	}
 	cfg.Client = c
 	cfg.PoolSize = -1
+	cfg.CapacityWait = -1
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := New(cfg)
 	if err != nil {
@@ -167,5 +169,38 @@ func TestWorkTar(t *testing.T) {
 	want := []string{"d/=", "d/e/=", "d/e/f.txt=f", "d/g=g", "main.py=print(1)"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("workTar entries (-want +got):\n%s", d)
+	}
+}
+
+func TestSandboxWaitsForRoom(t *testing.T) {
+	s := newTestServer(t, Config{})
+	s.cfg.CapacityWait = 10 * time.Second
+	full := &dsec.Error{Kind: dsec.ErrResourceExhausted, Message: "full", RetryAfter: 20 * time.Millisecond}
+	var calls int
+	s.newSandbox = func(ctx context.Context, key poolKey) (*dsec.Sandbox, error) {
+		calls++
+		if calls < 3 {
+			return nil, full
+		}
+		return s.cfg.Client.Sandbox("sb-1"), nil
+	}
+	sb, err := s.sandbox(context.Background(), poolKey{image: "i", memory: 1})
+	if err != nil || sb.ID != "sb-1" || calls != 3 {
+		t.Errorf("sandbox = %v, %v after %d creates; want sb-1 after 3", sb, err, calls)
+	}
+	// Other errors, and a full platform past CapacityWait, are returned.
+	s.cfg.CapacityWait = 50 * time.Millisecond
+	calls = -100
+	start := time.Now()
+	if _, err := s.sandbox(context.Background(), poolKey{}); !errors.Is(err, dsec.ErrResourceExhausted) || time.Since(start) > 5*time.Second {
+		t.Errorf("sandbox on a full platform = %v after %v, want ResourceExhausted within CapacityWait", err, time.Since(start))
+	}
+	s.newSandbox = func(context.Context, poolKey) (*dsec.Sandbox, error) {
+		calls++
+		return nil, &dsec.Error{Kind: dsec.ErrNotFound, Message: "no image"}
+	}
+	calls = 0
+	if _, err := s.sandbox(context.Background(), poolKey{}); !errors.Is(err, dsec.ErrNotFound) || calls != 1 {
+		t.Errorf("sandbox of a missing image = %v after %d creates, want NotFound at once", err, calls)
 	}
 }
