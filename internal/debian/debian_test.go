@@ -2,6 +2,7 @@ package debian
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -147,4 +148,31 @@ func FuzzParsePackages(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestBuildWithoutMmdebstrap(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	err := Build(t.Context(), Options{Packages: []string{"bash"}, Suite: "bookworm", Sources: []string{"x.sources"}}, io.Discard)
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "apt-get install mmdebstrap") {
+		t.Errorf("Build without mmdebstrap = %v, want FailedPrecondition saying how to install it", err)
+	}
+}
+
+// TestBuildFails checks that a failed mmdebstrap's last lines reach the
+// error, with a stand-in mmdebstrap that fails like the real one.
+func TestBuildFails(t *testing.T) {
+	dir := t.TempDir()
+	script := "#!/bin/sh\necho 'I: running apt-get update...' >&2\necho 'E: Unable to locate package nosuchpkg' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(dir, "mmdebstrap"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	var log strings.Builder
+	err := Build(t.Context(), Options{Packages: []string{"nosuchpkg"}, Suite: "bookworm", Sources: []string{"x.sources"}, Log: &log}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "Unable to locate package nosuchpkg") {
+		t.Errorf("Build = %v, want mmdebstrap's last lines", err)
+	}
+	if !strings.Contains(log.String(), "running apt-get update") {
+		t.Errorf("the log got %q, want mmdebstrap's progress", log.String())
+	}
 }
