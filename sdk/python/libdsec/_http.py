@@ -292,19 +292,21 @@ class Pool:
             conn.close()
         return await self._connect()
 
-    async def request(self, method: str, target: str, headers: List[Tuple[str, str]], body: Body) -> Response:
+    async def request(self, method: str, target: str, headers: List[Tuple[str, str]], body: Body, *,
+                      replayable: bool = False) -> Response:
         """Send a request and return its answer once the head is read.
 
-        A request whose reused connection turns out to be dead before any of
-        the answer arrived is sent again once on a new connection (the
-        server did not act on it). A streamed body (async iterator) cannot
-        be replayed, so it is not resent.
+        A replayable request (safe to send twice) whose reused connection
+        turns out to be dead before any of the answer arrived is sent again
+        once on a new connection: the server most likely closed the idle
+        connection as the request went out. A streamed body (async
+        iterator) cannot be replayed.
         """
         conn = await self._acquire()
         try:
             return await self._exchange(conn, method, target, headers, body)
         except ConnectionFailed as e:
-            if not (e.reused and not e.answered and not hasattr(body, "__aiter__")):
+            if not (replayable and e.reused and not e.answered and not hasattr(body, "__aiter__")):
                 raise
         conn = await self._connect()
         return await self._exchange(conn, method, target, headers, body)

@@ -122,10 +122,11 @@ class Transport:
         return errors.UnavailableError(msg)
 
     async def _post(self, method: str, content_type: str, body: Any, timeout: Optional[float],
-                    streaming: bool) -> Response:
+                    streaming: bool, replayable: bool = False) -> Response:
         try:
             return await self._pool.request("POST", self._base + "/" + method,
-                                            self._headers(content_type, timeout, streaming), body)
+                                            self._headers(content_type, timeout, streaming), body,
+                                            replayable=replayable)
         except ConnectionFailed as e:
             raise self.connection_error(e) from None
 
@@ -182,7 +183,7 @@ class Transport:
         async def attempt(remaining: Optional[float]) -> Dict[str, Any]:
             await self._slot()
             try:
-                resp = await self._post(method, "application/json", body, remaining, False)
+                resp = await self._post(method, "application/json", body, remaining, False, replayable=safe)
                 try:
                     try:
                         data = await resp.read_all(_MAX_UNARY)

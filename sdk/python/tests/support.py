@@ -205,6 +205,7 @@ class FakeServer:
     def __init__(self, handle):
         self.handle = handle
         self.requests = []
+        self.broken_bodies = []
         self.connections = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -226,7 +227,16 @@ class FakeServer:
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
                     body = b""
                     while True:
-                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        line = self.rfile.readline()
+                        try:
+                            size = int(line.split(b";")[0], 16)
+                        except ValueError:
+                            # A broken body (what a client sends when its
+                            # upload's source fails): no answer.
+                            with fake._mu:
+                                fake.broken_bodies.append(body)
+                            self.close_connection = True
+                            return
                         if size == 0:
                             self.rfile.readline()
                             break

@@ -316,6 +316,34 @@ class StreamTest(FakeTestCase):
             await w.__anext__()  # the server ended the watch
         self.assertEqual(json.loads(srv.requests[0][2][5:]), {"selector": {"job": "a"}, "initial": True})
 
+    async def test_failing_upload_source_breaks_the_body(self):
+        # The server must see an error, never the clean end of a partial
+        # upload: the client sends a malformed chunk and no final one.
+        srv = self.serve(lambda p, h, b: Reply(200, content_type="application/connect+json",
+                                               chunks=[(0, envelope({"info": {}})), (0, end_stream())]))
+
+        class Boom(Exception):
+            pass
+
+        async def failing():
+            yield b"partial"
+            await asyncio.sleep(0.1)
+            raise Boom()
+
+        c = self.client(srv)
+        with self.assertRaises(Boom):
+            await c.sandbox("node-abc").upload("/f", failing())
+        for _ in range(100):
+            if srv.broken_bodies:
+                break
+            await asyncio.sleep(0.02)
+        self.assertEqual(len(srv.broken_bodies), 1)
+        self.assertEqual(srv.requests, [], "the server saw a complete request")
+        self.assertIn(b'"data"', srv.broken_bodies[0])
+        # The client goes on working.
+        await c.sandbox("node-abc").write_file("/f", b"whole")
+        self.assertEqual(len(srv.requests), 1)
+
     async def test_client_stream_early_error(self):
         # The server refuses the upload after its header; the client stops
         # sending and reports the server's error.
