@@ -47,7 +47,6 @@ def _metadata():
         "Version: " + _version(),
         "Summary: " + SUMMARY,
         "Requires-Python: " + REQUIRES_PYTHON,
-        "License: Apache-2.0",
         "Classifier: Programming Language :: Python :: 3",
         "Classifier: Framework :: AsyncIO",
         "Description-Content-Type: text/markdown",
