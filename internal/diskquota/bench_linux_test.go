@@ -72,7 +72,7 @@ func BenchmarkMkfsMountXFS(b *testing.B) {
 				if err := makeImage(context.Background(), execRun, img, size, "mkfs.xfs", mkfsXFSArgs(size)...); err != nil {
 					b.Fatal(err)
 				}
-				if err := mountImage(img, mnt, "xfs", "", nil); err != nil {
+				if _, err := mountImage(img, mnt, "xfs", "", nil); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()

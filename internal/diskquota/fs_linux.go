@@ -33,6 +33,10 @@ type FS struct {
 	// are reserved on disk and unused.
 	next, reserved uint32 // guarded by mu
 	closed         bool   // guarded by mu
+	// loops maps a ModeImage directory to the loop device (loopN) its
+	// image was mounted from, so that Remove waits for that one device to
+	// unbind without reading every loop device of the host.
+	loops map[string]string // guarded by mu
 }
 
 // Open makes the file system of cfg ready: in ModeProject it creates and
@@ -274,10 +278,10 @@ func (run runner) do(ctx context.Context, prog string, args ...string) error {
 
 // mountImage mounts the file system in image at dir through a loop device:
 // the one bound names for it, else a new one (see attachLoop).
-func mountImage(image, dir, fstype, opts string, bound map[fileID]string) error {
+func mountImage(image, dir, fstype, opts string, bound map[fileID]string) (loop string, err error) {
 	dev, err := attachLoop(image, bound)
 	if err != nil {
-		return err
+		return "", err
 	}
 	// Once mounted, the mount holds the device; closing ours lets
 	// LO_FLAGS_AUTOCLEAR unbind it when the mount goes.
@@ -289,9 +293,9 @@ func mountImage(image, dir, fstype, opts string, bound map[fileID]string) error 
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("mount %s (%s on %s) at %s: %w", fstype, image, dev.Name(), dir, err)
+		return "", fmt.Errorf("mount %s (%s on %s) at %s: %w", fstype, image, dev.Name(), dir, err)
 	}
-	return nil
+	return filepath.Base(dev.Name()), nil
 }
 
 // mountedFrom reports whether dir is the root of a mount, and whether that

@@ -815,7 +815,7 @@ func TestProjectIDOnXFS(t *testing.T) {
 	if err := makeImage(context.Background(), execRun, img, 1<<30, "mkfs.xfs", mkfsXFSArgs(1<<30)...); err != nil {
 		t.Fatal(err)
 	}
-	if err := mountImage(img, mnt, "xfs", "", nil); err != nil {
+	if _, err := mountImage(img, mnt, "xfs", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -107,6 +107,10 @@ func (f *FS) mountDir(name string, bound map[fileID]string) error {
 	case err != nil:
 		return err
 	case ours:
+		var st unix.Stat_t
+		if unix.Stat(dir, &st) == nil {
+			f.setLoop(name, loopOf(&st))
+		}
 		return nil
 	case mounted:
 		return errdefs.Newf(errdefs.ErrFailedPrecondition,
@@ -115,7 +119,47 @@ func (f *FS) mountDir(name string, bound map[fileID]string) error {
 	if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("create mount point: %w", err)
 	}
-	return mountImage(f.imagePath(name), dir, "ext4", ext4MountOptions, bound)
+	loop, err := mountImage(f.imagePath(name), dir, "ext4", ext4MountOptions, bound)
+	if err != nil {
+		return err
+	}
+	f.setLoop(name, loop)
+	return nil
+}
+
+// setLoop records the loop device (loopN) of name's image; "" forgets it.
+func (f *FS) setLoop(name, loop string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if loop == "" {
+		delete(f.loops, name)
+		return
+	}
+	if f.loops == nil {
+		f.loops = map[string]string{}
+	}
+	f.loops[name] = loop
+}
+
+// waitImageReleased waits until no loop device is bound to name's image,
+// or d: the device recorded at its mount when there is one, else any.
+func (f *FS) waitImageReleased(name string, d time.Duration) {
+	f.mu.Lock()
+	loop := f.loops[name]
+	delete(f.loops, name)
+	f.mu.Unlock()
+	image := f.imagePath(name)
+	if loop == "" {
+		waitLoopReleased(image, d)
+		return
+	}
+	deadline := time.Now().Add(d)
+	for {
+		if bound, err := loopBacks(loop, image); err != nil || !bound || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (f *FS) createImage(ctx context.Context, name string, bytes, inodes int64) (d Dir, err error) {
@@ -252,10 +296,19 @@ func (f *FS) removeImage(name string) error {
 	if err := unmount(dir); err != nil {
 		return err
 	}
+	if _, err := os.Lstat(f.imagePath(name)); errors.Is(err, fs.ErrNotExist) {
+		// Nothing to wait for: no image, no loop device (and looking for
+		// one would read every loop device of the host).
+		f.setLoop(name, "")
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove disk quota directory: %w", err)
+		}
+		return nil
+	}
 	// The kernel unbinds an autoclear loop device after the last user
 	// goes, asynchronously; wait a little so that a removed directory
 	// leaves no device behind when Remove returns.
-	waitLoopReleased(f.imagePath(name), 2*time.Second)
+	f.waitImageReleased(name, 2*time.Second)
 	if err := os.Remove(f.imagePath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove disk quota image: %w", err)
 	}
@@ -290,7 +343,7 @@ func (f *FS) closeImage() error {
 		errs = append(errs, unmount(d.Path))
 	}
 	for _, d := range dirs {
-		waitLoopReleased(f.imagePath(d.Name), 2*time.Second)
+		f.waitImageReleased(d.Name, 2*time.Second)
 	}
 	return errors.Join(errs...)
 }

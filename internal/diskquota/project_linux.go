@@ -79,7 +79,7 @@ func (f *FS) openProject(ctx context.Context, size int64) (err error) {
 				return fmt.Errorf("list loop devices: %w", err)
 			}
 		}
-		if err := mountImage(f.image, f.mnt, "xfs", "prjquota", bound); err != nil {
+		if _, err := mountImage(f.image, f.mnt, "xfs", "prjquota", bound); err != nil {
 			if created {
 				os.Remove(f.image)
 			}

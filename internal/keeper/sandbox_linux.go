@@ -342,10 +342,16 @@ func (k *Keeper) runtimeRun(ctx context.Context, id string, p boxPaths) (int, er
 	return pid, nil
 }
 
+// runtimeRoot is the OCI runtime's state directory (--root): one directory
+// per container, named by its ID.
+func (k *Keeper) runtimeRoot() string {
+	return filepath.Join(k.l.RunDir(), filepath.Base(k.cfg.Runtime))
+}
+
 // runtime runs the OCI runtime with extra fds from 3 on and returns its
 // combined output.
 func (k *Keeper) runtime(ctx context.Context, extra []uintptr, args ...string) (string, error) {
-	argv := append([]string{k.cfg.Runtime, "--root", filepath.Join(k.l.RunDir(), filepath.Base(k.cfg.Runtime))}, args...)
+	argv := append([]string{k.cfg.Runtime, "--root", k.runtimeRoot()}, args...)
 	out, err := k.run(ctx, argv, extra)
 	msg := strings.TrimSpace(string(bytes.ToValidUTF8(out, nil)))
 	if err != nil {
@@ -454,6 +460,8 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 	b.mu.Unlock()
 	dir := b.dir(k.l)
 	log := k.log.With("sandbox", id, "slot", slot)
+	tm := newPhases()
+	defer func() { log.Debug("delete phases", "ms", tm.String()) }()
 	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := k.cg.Kill(kctx, slot); err != nil {
@@ -467,16 +475,28 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 		ended = waitAny(b.initExit)
 	}
 	b.mu.Unlock()
+	tm.mark("kill")
+	initEnded := false
 	if started {
 		select {
 		case <-ended:
+			initEnded = true
 		case <-time.After(5 * time.Second):
 			log.Warn("sandbox init did not end after kill")
 		}
 	}
-	if out, err := k.runtime(kctx, nil, "delete", "--force", slot); err != nil && !strings.Contains(out, "not exist") && !strings.Contains(out, "not found") {
+	tm.mark("ended")
+	if initEnded {
+		// Of a container whose init has ended, the runtime keeps nothing
+		// but its state directory (the cgroups are ours): removing it is
+		// what `delete` would do, without starting the runtime (~40 ms).
+		if err := os.RemoveAll(filepath.Join(k.runtimeRoot(), slot)); err != nil {
+			log.Warn("remove runtime state", "err", err)
+		}
+	} else if out, err := k.runtime(kctx, nil, "delete", "--force", slot); err != nil && !strings.Contains(out, "not exist") && !strings.Contains(out, "not found") {
 		log.Warn("runtime delete", "err", err, "output", out)
 	}
+	tm.mark("runtime")
 	p := boxPaths{dir: dir}
 	if err := rootfs.Unmount(p.rootfs()); err != nil {
 		log.Warn("unmount sandbox root", "err", err)
@@ -489,6 +509,7 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 	for _, d := range layers {
 		k.layers.Release(d)
 	}
+	tm.mark("unmount")
 	if k.disk != nil {
 		b.mu.Lock()
 		disk := b.info.Disk
@@ -502,9 +523,19 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 			}
 		}
 	}
+	tm.mark("disk")
 	if err := k.cg.Delete(kctx, slot); err != nil {
 		log.Warn("remove sandbox cgroup", "err", err)
 	}
+	// The groups the runtime made for the same path in the v1 hierarchies
+	// the manager leaves alone (devices, blkio, ...), empty by now.
+	more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", k.cfg.CgroupParent, slot))
+	for _, d := range more {
+		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+			log.Warn("remove sandbox cgroup", "dir", d, "err", err)
+		}
+	}
+	tm.mark("cgroup")
 	if err := os.RemoveAll(p.dir); err != nil {
 		log.Warn("remove sandbox dir", "err", err)
 	}
