@@ -102,10 +102,15 @@ const (
 )
 
 // RequestError is a request that does not parse (HTTP 422, like
-// SandboxFusion's validation errors).
-type RequestError struct{ Msg string }
+// SandboxFusion's validation errors). Err is the cause, when reading the
+// body failed.
+type RequestError struct {
+	Msg string
+	Err error
+}
 
 func (e *RequestError) Error() string { return e.Msg }
+func (e *RequestError) Unwrap() error { return e.Err }
 
 // ParseRequest decodes a run_code body. Missing timeouts take
 // SandboxFusion's defaults. Errors are *RequestError.
@@ -114,7 +119,7 @@ func ParseRequest(r io.Reader) (*RunCodeRequest, error) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(r)
 	if err := dec.Decode(&raw); err != nil {
-		return nil, &RequestError{Msg: "the body is not a JSON object: " + err.Error()}
+		return nil, &RequestError{Msg: "the body is not a JSON object: " + err.Error(), Err: err}
 	}
 	if dec.More() {
 		return nil, &RequestError{Msg: "the body has data after the JSON object"}

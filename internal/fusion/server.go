@@ -367,7 +367,7 @@ func (s *Server) serveRunCode(w http.ResponseWriter, r *http.Request) {
 	req, err := ParseRequest(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) || strings.Contains(err.Error(), "request body too large") {
+		if errors.As(err, &mbe) {
 			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"detail": fmt.Sprintf("the request is larger than %d bytes", s.cfg.MaxBodyBytes)})
 			return
 		}

@@ -105,6 +105,14 @@ func TestHandler(t *testing.T) {
 	}
 }
 
+func TestHandlerBodyLimit(t *testing.T) {
+	s := newTestServer(t, Config{MaxBodyBytes: 100})
+	body := `{"language": "python", "code": "` + strings.Repeat("x", 200) + `"}`
+	if code, out := do(t, s.Handler(), "POST", "/run_code", body); code != http.StatusRequestEntityTooLarge || !strings.Contains(out["detail"].(string), "100 bytes") {
+		t.Errorf("a 200-byte body over a 100-byte limit = %d %v, want 413", code, out)
+	}
+}
+
 func TestHandlerKeyOnly(t *testing.T) {
 	s := newTestServer(t, Config{PathKey: "s3cret", KeyOnly: true})
 	h := s.Handler()
