@@ -322,7 +322,7 @@ func TestPurge(t *testing.T) {
 		t.Fatalf("dsec purge = %v\n%s", err, out)
 	}
 	p.cmd = nil // purge stopped it
-	if left := p.footprint(t); len(left) > 0 {
+	if left := p.fullFootprint(t); len(left) > 0 {
 		t.Errorf("after purge: %v", left)
 	}
 	if _, err := os.Stat(p.stateDir); !os.IsNotExist(err) {

@@ -527,11 +527,24 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 	if err := k.cg.Delete(kctx, slot); err != nil {
 		log.Warn("remove sandbox cgroup", "err", err)
 	}
-	// The groups the runtime made for the same path in the v1 hierarchies
-	// the manager leaves alone (devices, blkio, ...), empty by now.
+	// What the runtime made for the same path where the manager does not
+	// look (`delete` removed it when it ran): groups in the other v1
+	// hierarchies (devices, blkio, ...), empty by now, and directories in
+	// the place of the cgroup2 mount, which the keeper's namespace hides.
 	more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", k.cfg.CgroupParent, slot))
 	for _, d := range more {
-		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(d, &st); err != nil {
+			continue
+		}
+		var err error
+		switch st.Type {
+		case unix.CGROUP_SUPER_MAGIC:
+			err = unix.Rmdir(d)
+		case unix.TMPFS_MAGIC:
+			err = os.RemoveAll(d)
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
 			log.Warn("remove sandbox cgroup", "dir", d, "err", err)
 		}
 	}
