@@ -42,7 +42,9 @@ func serverStream[Req, Resp any](ctx context.Context, s *Server, id string, msg 
 }
 
 // clientStream relays an upload whose first message (a header) names the
-// sandbox.
+// sandbox. The edge's stream ends cleanly only when the client's did: an
+// upload the client broke is aborted, never half-closed, so the edge keeps
+// nothing of it.
 func clientStream[Req, Resp any](ctx context.Context, s *Server, src *connect.ClientStream[Req], what string,
 	sandboxOf func(*Req) string,
 	call func(sandboxv1connect.SandboxServiceClient, context.Context) *connect.ClientStreamForClient[Req, Resp],
@@ -68,10 +70,12 @@ func clientStream[Req, Resp any](ctx context.Context, s *Server, src *connect.Cl
 		}
 	}
 	if err := src.Err(); err != nil {
-		// The client went away: cancel, so that the edge sees an error and
-		// not the clean end of a partial upload.
+		// The client's stream broke. Abort the edge's call: cancelling it
+		// closes the connection to the edge (or resets its HTTP/2 stream)
+		// before anything closes the request body, so the edge reads an
+		// error. Closing the stream here, even after cancel, could end it
+		// cleanly first, and the edge would keep the partial upload.
 		cancel()
-		_, _ = dst.CloseAndReceive()
 		return nil, err
 	}
 	resp, err := dst.CloseAndReceive()
