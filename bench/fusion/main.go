@@ -118,6 +118,10 @@ func run(bin string, pool int, problems []codeeval.Problem, levels []int) (*Repo
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	// The sandboxes' (unprivileged) roots must traverse it to their roots.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -156,7 +160,13 @@ func run(bin string, pool int, problems []codeeval.Problem, levels []int) (*Repo
 		cpu0, _ := harness.ReadCPUTimes()
 		res, sum := r.Run(ctx, problems)
 		cpu1, _ := harness.ReadCPUTimes()
-		_ = res
+		if sum.Passed != sum.Total {
+			for _, r := range res {
+				if !r.Passed {
+					return nil, fmt.Errorf("concurrency %d: %d/%d passed (%v); first failure %s: %s %s", c, sum.Passed, sum.Total, sum.ByStatus, r.ID, r.Status, r.Message)
+				}
+			}
+		}
 		l := Level{
 			Concurrency: c, Problems: sum.Total, Passed: sum.Passed, PerSecond: sum.PerSecond,
 			P50ms: ms(sum.P50), P99ms: ms(sum.P99),
