@@ -39,6 +39,7 @@ func TestPlatform(t *testing.T) {
 	t.Run("Projects", func(t *testing.T) { testProjects(t, p, admin) })
 	t.Run("Protocols", func(t *testing.T) { testProtocols(t, p) })
 	t.Run("BrokenUpload", func(t *testing.T) { testBrokenUpload(t, p, admin) })
+	t.Run("ListDirLinks", func(t *testing.T) { testListDirLinks(t, p, admin) })
 	t.Run("NothingLeft", func(t *testing.T) {
 		if left := p.footprint(t); len(left) > 0 {
 			t.Errorf("after the tests deleted their sandboxes, left: %v", left)

@@ -15,7 +15,8 @@ import (
 // ReadDir lists the directory at p, following symlinks inside the sandbox
 // (as Stat does): the entries sorted by name, each described as Lstat would
 // (a symlink is described, not followed), at most limit of them (0 means
-// DefaultReadDirLimit). truncated reports that there were more. A path that
+// DefaultReadDirLimit). truncated reports that there were more. A symlink's
+// target is read relative to the directory, never followed. A path that
 // is not a directory is InvalidArgument; a directory on procfs, sysfs or
 // another kernel file system is PermissionDenied. An entry removed while it
 // is listed is left out.
@@ -68,7 +69,22 @@ func (r *Root) ReadDir(p string, limit int) (entries []Info, truncated bool, err
 		} else if err != nil {
 			return nil, false, fsError("list", path.Join(abs, name), err)
 		}
-		entries = append(entries, newInfo(path.Join(abs, name), &st))
+		info := newInfo(path.Join(abs, name), &st)
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			// name is one element: readlinkat reads the entry of dfd and
+			// resolves nothing.
+			info.LinkTarget, err = readlink(dfd, name)
+			switch err {
+			case nil:
+			case unix.ENOENT:
+				continue
+			case unix.EINVAL:
+				// Replaced by something other than a symlink meanwhile.
+			default:
+				return nil, false, fsError("list", path.Join(abs, name), err)
+			}
+		}
+		entries = append(entries, info)
 	}
 	return entries, truncated, nil
 }

@@ -72,8 +72,8 @@ func TestReadDir(t *testing.T) {
 	if want := newInfo("/many/f7", &st); !cmp.Equal(got[7], want) || got[7].Name != "f7" || got[7].Size != 7 {
 		t.Errorf("ReadDir(%q)[7] = %+v, want %+v", "/many", got[7], want)
 	}
-	if got[10].Path != "/many/link" || got[10].Mode != fs.ModeSymlink|0o777 {
-		t.Errorf("ReadDir(%q)[10] = %+v, want the symlink itself", "/many", got[10])
+	if got[10].Path != "/many/link" || got[10].Mode != fs.ModeSymlink|0o777 || got[10].LinkTarget != "/etc/shadow" {
+		t.Errorf("ReadDir(%q)[10] = %+v, want the symlink itself, with its target", "/many", got[10])
 	}
 
 	for _, tt := range []struct {
@@ -94,6 +94,55 @@ func TestReadDir(t *testing.T) {
 		if got, _, err := r.ReadDir(tt.path, tt.limit); errdefs.Kind(err) != tt.wantKind {
 			t.Errorf("ReadDir(%q, %d) = %v, %v, want kind %v", tt.path, tt.limit, names(got), err, tt.wantKind)
 		}
+	}
+}
+
+func TestReadDirLinkTargets(t *testing.T) {
+	s := newFakeSandbox(t)
+	r := s.open(t)
+	mustMkdir(t, s.path("links"))
+	long := strings.Repeat("d/", 1500) + "end" // past the first read's buffer
+	for name, target := range map[string]string{"long": long, "rel": "../etc/shadow", "magic": "/proc/1/root"} {
+		if err := os.Symlink(target, s.path("links/"+name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustWrite(t, s.path("links/file"), "data")
+	tests := []struct {
+		dir  string
+		want map[string]string // name: link target ("" for no symlink)
+	}{
+		{"/links", map[string]string{"file": "", "long": long, "magic": "/proc/1/root", "rel": "../etc/shadow"}},
+		// Listed through a symlink to the directory, the entries' own
+		// targets: the host path and the magic link are text, never followed.
+		{"/sub/deeper/up/sub", map[string]string{"c3": "../abs/shadow", "deeper": ""}},
+		{"/", map[string]string{
+			"abs": "/etc", "c1": "c2", "c2": "sub/c3", "dangling": "/nonexistent", "dir": "", "etc": "", "fifo": "",
+			"link-to-host": filepath.Join(s.outside, "secret"), "link-to-shadow": "/etc/shadow", "links": "",
+			"loop1": "loop2", "loop2": "loop1", "out": s.outside, "outrel": strings.Repeat("../", 40) + s.outside[1:],
+			"sub": "", "x": "/", "y": "../../..", "z": "/proc/self/root",
+		}},
+	}
+	for _, tt := range tests {
+		ents, _, err := r.ReadDir(tt.dir, 0)
+		if err != nil {
+			t.Errorf("ReadDir(%q) = %v", tt.dir, err)
+			continue
+		}
+		got := map[string]string{}
+		for _, e := range ents {
+			got[e.Name] = e.LinkTarget
+			if isLink := e.Mode&fs.ModeSymlink != 0; isLink != (e.LinkTarget != "") {
+				t.Errorf("ReadDir(%q): %s has mode %v and link target %q", tt.dir, e.Name, e.Mode, e.LinkTarget)
+			}
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("ReadDir(%q) link targets differ (-want +got):\n%s", tt.dir, diff)
+		}
+	}
+	// Stat follows the link and describes what it leads to.
+	if info, err := r.Stat("/links/rel"); err != nil || info.LinkTarget != "" || !info.Mode.IsRegular() {
+		t.Errorf("Stat(/links/rel) = %+v, %v; want the regular file it leads to", info, err)
 	}
 }
 

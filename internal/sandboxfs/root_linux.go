@@ -86,7 +86,14 @@ func (r *Root) stat(p string, flags uint64) (Info, error) {
 	if err != nil {
 		return Info{}, fsError("stat", abs, err)
 	}
-	return newInfo(abs, &st), nil
+	info := newInfo(abs, &st)
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		// fd is the symlink itself (O_PATH|O_NOFOLLOW).
+		if info.LinkTarget, err = readlink(fd, ""); err != nil {
+			return Info{}, fsError("stat", abs, err)
+		}
+	}
+	return info, nil
 }
 
 // OpenRead opens the regular file at p for reading, following symlinks
@@ -491,6 +498,27 @@ func reopen(fd, flags int) (int, error) {
 	return ignoringEINTR2(func() (int, error) {
 		return unix.Open(procFD(fd), flags|unix.O_CLOEXEC, 0)
 	})
+}
+
+// maxLinkTarget bounds what readlink reads; Linux keeps targets of at most
+// PATH_MAX (4096) bytes.
+const maxLinkTarget = 64 << 10
+
+// readlink returns the target of the symlink name in the directory dfd, or
+// with name "" of the symlink dfd itself (an O_PATH descriptor). It never
+// follows the symlink; name must be one path element.
+func readlink(dfd int, name string) (string, error) {
+	for size := 256; size <= maxLinkTarget; size *= 2 {
+		buf := make([]byte, size)
+		n, err := ignoringEINTR2(func() (int, error) { return unix.Readlinkat(dfd, name, buf) })
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+	return "", unix.ENAMETOOLONG
 }
 
 func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }

@@ -257,8 +257,8 @@ func TestStat(t *testing.T) {
 		{path: "x", want: Info{Path: "/x", Name: "x", Mode: fs.ModeDir | 0o755, Ino: rootSt.Ino}},
 		{path: "y/..", want: Info{Path: "/", Name: "/", Mode: fs.ModeDir | 0o755, Ino: rootSt.Ino}},
 		{path: "c1", want: Info{Path: "/c1", Name: "c1", Mode: 0o644, Size: int64(len(decoy)), Ino: shadowSt.Ino}},
-		{path: "c1", lstat: true, want: Info{Path: "/c1", Name: "c1", Mode: fs.ModeSymlink | 0o777, Size: 2}},
-		{path: "z", lstat: true, want: Info{Path: "/z", Name: "z", Mode: fs.ModeSymlink | 0o777, Size: int64(len("/proc/self/root"))}},
+		{path: "c1", lstat: true, want: Info{Path: "/c1", Name: "c1", Mode: fs.ModeSymlink | 0o777, Size: 2, LinkTarget: "c2"}},
+		{path: "z", lstat: true, want: Info{Path: "/z", Name: "z", Mode: fs.ModeSymlink | 0o777, Size: int64(len("/proc/self/root")), LinkTarget: "/proc/self/root"}},
 		{path: "fifo", want: Info{Path: "/fifo", Name: "fifo", Mode: fs.ModeNamedPipe | 0o644}},
 	}
 	ignore := cmpopts.IgnoreFields(Info{}, "ModTime")

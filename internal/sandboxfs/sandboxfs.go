@@ -66,6 +66,9 @@ type Info struct {
 	GID     uint32
 	Ino     uint64
 	Dev     uint64
+	// LinkTarget is a symlink's target as stored, read without following
+	// it, in the Info of ReadDir and Lstat; empty otherwise.
+	LinkTarget string
 }
 
 // WriteOptions say how (*Root).WriteFile creates a file. The zero value

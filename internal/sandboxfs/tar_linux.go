@@ -131,7 +131,7 @@ func (t *tarWriter) add(fd int, st *unix.Stat_t, name, abs string, depth int) er
 	case unix.S_IFDIR:
 		return t.dir(fd, st, hdr, abs, depth)
 	case unix.S_IFLNK:
-		target, err := readlink(fd)
+		target, err := readlink(fd, "")
 		if err != nil {
 			return fsError("copy", abs, err)
 		}
@@ -254,20 +254,6 @@ func (t *tarWriter) file(fd int, st *unix.Stat_t, hdr *tar.Header, abs string) (
 	t.stats.Files++
 	t.stats.Bytes += st.Size
 	return true, nil
-}
-
-// readlink returns the target of the symlink at the O_PATH descriptor fd.
-func readlink(fd int) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := ignoringEINTR2(func() (int, error) { return unix.Readlinkat(fd, "", buf) })
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
 }
 
 // ctxReader reads from r until ctx is done; it remembers r's error.

@@ -73,7 +73,7 @@ func (b *Backend) WriteFile(ctx context.Context, id, path string, opts sandbox.W
 
 func (b *Backend) fileInfo(i sandboxfs.Info) sandbox.FileInfo {
 	return sandbox.FileInfo{
-		Path: i.Path, Name: i.Name, Size: i.Size, Mode: i.Mode, ModTime: i.ModTime,
+		Path: i.Path, Name: i.Name, LinkTarget: i.LinkTarget, Size: i.Size, Mode: i.Mode, ModTime: i.ModTime,
 		UID: b.cfg.IDMap.FromHost(i.UID), GID: b.cfg.IDMap.FromHost(i.GID),
 	}
 }

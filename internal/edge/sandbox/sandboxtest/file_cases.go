@@ -47,6 +47,15 @@ func testFileOps(t *testing.T, f *Fixture) {
 	if strings.Join(names, ",") != "b,link,x,y,z" || truncated {
 		t.Errorf("ReadDir = %v (truncated %v), want b,link,x,y,z", names, truncated)
 	}
+	for _, e := range ents {
+		want := ""
+		if e.Name == "link" {
+			want = "x"
+		}
+		if e.LinkTarget != want {
+			t.Errorf("ReadDir: %s has link target %q, want %q", e.Name, e.LinkTarget, want)
+		}
+	}
 	if ents, trunc, _ := b.ReadDir(ctx, id, "/w/a", 2); len(ents) != 2 || !trunc {
 		t.Errorf("ReadDir limit 2 = %d entries, truncated %v", len(ents), trunc)
 	}
