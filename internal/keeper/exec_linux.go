@@ -27,6 +27,11 @@ type execProc struct {
 	pid  int           // the command's host pid, also its process group
 	tty  *os.File      // the pty master of a TTY exec; owned by its pump
 	done chan struct{} // closed once rec is final and on disk
+	// stdinTurn orders the writes to stdin (or the TTY): a writer puts a
+	// token in to take its turn and takes it out when done. The writer of
+	// the initial bytes holds the turn from the start, so a WriteStdin that
+	// arrives while they are being written waits for them.
+	stdinTurn chan struct{}
 
 	mu sync.Mutex
 	// guarded by mu
@@ -96,7 +101,10 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		os.RemoveAll(dir)
 		return fmt.Errorf("exec journal: %w", err)
 	}
-	p := &execProc{done: make(chan struct{})}
+	p := &execProc{done: make(chan struct{}), stdinTurn: make(chan struct{}, 1)}
+	if len(spec.Stdin) > 0 {
+		p.stdinTurn <- struct{}{} // given back once the initial bytes are written
+	}
 	b.mu.Lock()
 	b.execs[spec.ID] = p
 	b.mu.Unlock()
@@ -226,7 +234,11 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 			w = p.tty
 		}
 		closeAfter := !spec.StdinOpen && !spec.TTY
+		// Not waited for: a command that reads slowly must not hold up its
+		// start. The write ends when the bytes are read or when the
+		// command's end closes stdin (awaitExec) or the TTY (its pump).
 		go func() {
+			defer func() { <-p.stdinTurn }()
 			_, _ = w.Write(spec.Stdin)
 			if closeAfter {
 				p.closeStdin()
@@ -365,8 +377,9 @@ func (p *execProc) running() bool {
 }
 
 // writeStdin writes to an exec's stdin (a TTY's master) and optionally
-// closes it (a TTY gets an end-of-file character instead).
-func (k *Keeper) writeStdin(id, execID string, data []byte, close bool) error {
+// closes it (a TTY gets an end-of-file character instead). It writes after
+// the exec's initial stdin and after the writes that came before it.
+func (k *Keeper) writeStdin(ctx context.Context, id, execID string, data []byte, close bool) error {
 	p, err := k.execProcOf(id, execID)
 	if err != nil {
 		return err
@@ -374,11 +387,25 @@ func (k *Keeper) writeStdin(id, execID string, data []byte, close bool) error {
 	if !p.running() {
 		return errdefs.Newf(errdefs.ErrFailedPrecondition, "exec %s has ended; its stdin is closed", execID)
 	}
+	deadline := time.Now().Add(stdinWriteTimeout)
+	wait, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	select {
+	case p.stdinTurn <- struct{}{}:
+		defer func() { <-p.stdinTurn }()
+	case <-p.done:
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "exec %s has ended; its stdin is closed", execID)
+	case <-wait.Done():
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errdefs.Newf(errdefs.ErrDeadlineExceeded, "the command did not read its stdin for %v", stdinWriteTimeout)
+	}
 	if p.tty != nil {
 		if close {
 			data = append(data, 0x04) // ^D: end of file at the terminal
 		}
-		return writeWithDeadline(p.tty, data)
+		return writeWithDeadline(p.tty, data, deadline)
 	}
 	p.mu.Lock()
 	w := p.stdin
@@ -389,7 +416,7 @@ func (k *Keeper) writeStdin(id, execID string, data []byte, close bool) error {
 		}
 		return errdefs.Newf(errdefs.ErrFailedPrecondition, "the stdin of exec %s is closed (start it with stdin_open to write to it later)", execID)
 	}
-	if err := writeWithDeadline(w, data); err != nil {
+	if err := writeWithDeadline(w, data, deadline); err != nil {
 		return err
 	}
 	if close {
@@ -398,11 +425,11 @@ func (k *Keeper) writeStdin(id, execID string, data []byte, close bool) error {
 	return nil
 }
 
-func writeWithDeadline(w *os.File, data []byte) error {
+func writeWithDeadline(w *os.File, data []byte, deadline time.Time) error {
 	if len(data) == 0 {
 		return nil
 	}
-	_ = w.SetWriteDeadline(time.Now().Add(stdinWriteTimeout))
+	_ = w.SetWriteDeadline(deadline)
 	defer w.SetWriteDeadline(time.Time{})
 	_, err := w.Write(data)
 	switch {

@@ -71,7 +71,7 @@ func (k *Keeper) handler(stop func()) http.Handler {
 			reply(w, nil, err)
 			return
 		}
-		reply(w, nil, k.writeStdin(req.Sandbox, req.Exec, req.Data, req.Close))
+		reply(w, nil, k.writeStdin(r.Context(), req.Sandbox, req.Exec, req.Data, req.Close))
 	})
 	mux.HandleFunc("POST /v1/exec/signal", func(w http.ResponseWriter, r *http.Request) {
 		var req SignalRequest

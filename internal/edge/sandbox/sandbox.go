@@ -203,7 +203,8 @@ type ExecSpec struct {
 	// Stdin is written to the command's standard input, which is then
 	// closed unless StdinOpen. Nil gives an empty stdin.
 	Stdin []byte
-	// StdinOpen keeps stdin open for WriteStdin.
+	// StdinOpen keeps stdin open for WriteStdin, whose data the command
+	// reads after Stdin.
 	StdinOpen bool
 	// TTY runs the command on a terminal (stdin always open; the output is
 	// one stream, Stdout); Rows and Cols are its size (default 24x80).

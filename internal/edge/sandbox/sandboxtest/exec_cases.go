@@ -15,6 +15,7 @@ import (
 func init() {
 	Cases = append(Cases,
 		Case{"StdinStreamingAndClose", always, testStdinStreaming},
+		Case{"InitialStdinBeforeWrites", always, testInitialStdinFirst},
 		Case{"SignalProcessGroup", always, testSignal},
 		Case{"TimeoutKillsProcessGroup", always, testTimeoutGroup},
 		Case{"TTYExecAndResize", func(c sandbox.Capabilities) bool { return c.TTY }, testTTY},
@@ -97,6 +98,58 @@ func testStdinStreaming(t *testing.T, f *Fixture) {
 	if got := readAll(t, f, id, y, sandbox.Stdout); got != "given" {
 		t.Errorf("cat with stdin = %q", got)
 	}
+}
+
+// testInitialStdinFirst checks that an exec's initial stdin reaches it
+// before what WriteStdin sends right after the start.
+func testInitialStdinFirst(t *testing.T, f *Fixture) {
+	ctx := ctxFor(t)
+	id := create(t, f, sandbox.Resources{})
+	for _, tt := range []struct {
+		name    string
+		initial string
+		tries   int
+	}{
+		{"Short", "a", 30},
+		// More than a pipe holds: the initial bytes are still being
+		// written when the next write arrives.
+		{"LargerThanAPipe", strings.Repeat("a", 256<<10), 10},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for i := range tt.tries {
+				x := start(t, f, id, sandbox.ExecSpec{Argv: []string{"cat"}, Stdin: []byte(tt.initial), StdinOpen: true})
+				if err := f.Backend.WriteStdin(ctx, id, x, []byte("b"), true); err != nil {
+					t.Fatalf("WriteStdin = %v", err)
+				}
+				if st := wait(t, f, id, x); st.Code != 0 {
+					t.Fatalf("cat = %+v", st)
+				}
+				if got := readAll(t, f, id, x, sandbox.Stdout); got != tt.initial+"b" {
+					t.Fatalf("try %d: cat got %d bytes with b at %d, want the %d initial bytes, then b",
+						i, len(got), strings.IndexByte(got, 'b'), len(tt.initial))
+				}
+			}
+		})
+	}
+	// A command that does not read yet holds up neither its start nor a
+	// WriteStdin's turn for ever.
+	t.Run("SlowReader", func(t *testing.T) {
+		initial := strings.Repeat("a", 1<<20)
+		x := start(t, f, id, sandbox.ExecSpec{
+			Argv:  []string{"/bin/sh", "-c", "while [ ! -e /tmp/read ]; do sleep 0.05; done; exec cat"},
+			Stdin: []byte(initial), StdinOpen: true,
+		})
+		written := make(chan error, 1)
+		go func() { written <- f.Backend.WriteStdin(ctx, id, x, []byte("b"), true) }()
+		Exec(t, f, id, sh("touch /tmp/read"))
+		if err := <-written; err != nil {
+			t.Fatalf("WriteStdin = %v", err)
+		}
+		wait(t, f, id, x)
+		if got := readAll(t, f, id, x, sandbox.Stdout); got != initial+"b" {
+			t.Errorf("cat got %d bytes with b at %d, want the %d initial bytes, then b", len(got), strings.IndexByte(got, 'b'), len(initial))
+		}
+	})
 }
 
 func testSignal(t *testing.T, f *Fixture) {
