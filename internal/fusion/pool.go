@@ -21,20 +21,20 @@ type poolKey struct {
 // that take them; each is used by one call and then deleted, and the pool
 // refills in the background. Its goroutine ends when ctx ends.
 type pool struct {
-	key      poolKey
-	size     int
-	maxAge   time.Duration
-	create   func(ctx context.Context, key poolKey) (*dsec.Sandbox, error)
-	discard  func(sb *dsec.Sandbox)
-	log      *slog.Logger
-	wake     chan struct{}
+	key     poolKey
+	size    int
+	maxAge  time.Duration
+	create  func(ctx context.Context, key poolKey) (*dsec.Sandbox, error)
+	discard func(sb *dsec.Sandbox)
+	log     *slog.Logger
+	wake    chan struct{}
 	// keepWarm refills the pool even when no call took from it for
 	// maxAge (the pools of the default memory limit).
 	keepWarm bool
 
 	mu       sync.Mutex
-	lastUsed time.Time // guarded by mu
-	ready []*dsec.Sandbox // guarded by mu; oldest first
+	lastUsed time.Time       // guarded by mu
+	ready    []*dsec.Sandbox // guarded by mu; oldest first
 	// failures counts consecutive failed creates; guarded by mu.
 	failures int
 }

@@ -120,14 +120,14 @@ type Config struct {
 
 // Server serves the SandboxFusion API. Start it, serve Handler, Close it.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	sem  chan struct{}
+	cfg Config
+	log *slog.Logger
+	sem chan struct{}
 	// newSandbox creates a sandbox (create; tests replace it).
 	newSandbox func(ctx context.Context, key poolKey) (*dsec.Sandbox, error)
 	ctx        context.Context // ends at Close; owns the pools and deletions
-	stop context.CancelFunc
-	wg   sync.WaitGroup // pools' goroutines and deletions
+	stop       context.CancelFunc
+	wg         sync.WaitGroup // pools' goroutines and deletions
 
 	mu     sync.Mutex
 	pools  map[poolKey]*pool // guarded by mu
