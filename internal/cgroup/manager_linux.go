@@ -343,6 +343,22 @@ func subgroups(dir string) ([]string, error) {
 	return append(out, dir), nil
 }
 
+// OOMKills reports how many of the group's processes the OOM killer
+// killed, from one file: for watchers that look at every group often.
+// A group that does not exist has none.
+func (m *Manager) OOMKills(name string) (int64, error) {
+	if err := checkName(name); err != nil {
+		return 0, err
+	}
+	if m.layout.Mode == Unified {
+		return readKey(filepath.Join(m.v2Dir(name), "memory.events"), "oom_kill")
+	}
+	if d := m.v1Dir("memory", name); d != "" {
+		return readKey(filepath.Join(d, "memory.oom_control"), "oom_kill")
+	}
+	return 0, nil
+}
+
 // Stats reports what the group uses. It fails with ErrNotFound when the
 // group does not exist.
 func (m *Manager) Stats(name string) (Stats, error) {

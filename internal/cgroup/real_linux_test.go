@@ -477,6 +477,12 @@ func TestRealOOM(t *testing.T) {
 	if after.MemoryLimit != 64<<20 {
 		t.Errorf("Stats(sb).MemoryLimit = %d, want %d", after.MemoryLimit, 64<<20)
 	}
+	if n, err := m.OOMKills("sb"); err != nil || n != after.OOMKills {
+		t.Errorf("OOMKills(sb) = %d, %v, want %d as Stats says", n, err, after.OOMKills)
+	}
+	if n, err := m.OOMKills("nosuch"); err != nil || n != 0 {
+		t.Errorf("OOMKills(nosuch) = %d, %v, want 0, nil", n, err)
+	}
 }
 
 // TestRealList checks List and Delete find groups left in part.

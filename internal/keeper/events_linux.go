@@ -108,12 +108,18 @@ func (k *Keeper) watchOOM(ctx context.Context) {
 			if info.State != sandbox.StateRunning {
 				continue
 			}
-			st, err := k.cg.Stats(info.slot())
+			// One file per sandbox: with thousands of sandboxes a full
+			// Stats of each, every interval, costs the node a core.
+			n, err := k.cg.OOMKills(info.slot())
 			if err != nil {
 				continue
 			}
-			if prev := b.oomSeen.Swap(st.OOMKills); st.OOMKills > prev {
-				k.events.add(info.ID, sandbox.EventOOM, fmt.Sprintf("%d process(es) killed for memory (limit %d MiB)", st.OOMKills-prev, st.MemoryLimit>>20))
+			if prev := b.oomSeen.Swap(n); n > prev {
+				var limit int64
+				if st, err := k.cg.Stats(info.slot()); err == nil {
+					limit = st.MemoryLimit
+				}
+				k.events.add(info.ID, sandbox.EventOOM, fmt.Sprintf("%d process(es) killed for memory (limit %d MiB)", n-prev, limit>>20))
 			}
 		}
 	}
