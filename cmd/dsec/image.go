@@ -178,11 +178,20 @@ func buildDebian(ctx context.Context, opts debian.Options, out io.WriteSeeker, l
 		done <- err
 	}()
 	info, err := layer.BuildFromTar(ctx, pr, out, lopts)
-	pr.CloseWithError(errors.New("layer build stopped"))
-	if berr := <-done; berr != nil {
+	if err == nil {
+		// The layer builder stops at the archive's end marker; read the
+		// padding after it, so that mmdebstrap's last writes succeed.
+		_, _ = io.Copy(io.Discard, pr)
+	}
+	pr.CloseWithError(errors.New("the layer build stopped reading"))
+	berr := <-done
+	if err != nil {
+		return layer.Info{}, err
+	}
+	if berr != nil {
 		return layer.Info{}, berr
 	}
-	return info, err
+	return info, nil
 }
 
 // prefixWriter writes lines prefixed with the seconds since start.
