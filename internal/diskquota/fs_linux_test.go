@@ -246,7 +246,7 @@ func unescapeMountinfo(s string) string {
 // system on them goes, which after a lazy unmount happens asynchronously.
 func loopsLeftUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		l := loopsUnder(t, dir)
 		if len(l) == 0 || time.Now().After(deadline) {
