@@ -182,7 +182,8 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		return fail(err)
 	}
 	tm.mark("procs")
-	before, _ := k.cg.Stats(info.slot())
+	// One file, not a full Stats: this is on every exec's path.
+	oomBefore, _ := k.cg.OOMKills(info.slot())
 	cfg := nsexec.ExecConfig{
 		Pid:         info.Pid,
 		CgroupProcs: procs,
@@ -200,7 +201,7 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	if cfg.Cwd == "" {
 		cfg.Cwd = "/"
 	}
-	tm.mark("stats")
+	tm.mark("oom")
 	child, err := k.spawn(cfg, stdio)
 	tm.mark("spawn")
 	if err != nil {
@@ -245,7 +246,7 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 			}
 		}()
 	}
-	go k.awaitExec(req.Sandbox, spec, p, b, child, exitCh, before.OOMKills, started, &pumps, &truncated, &written)
+	go k.awaitExec(req.Sandbox, spec, p, b, child, exitCh, oomBefore, started, &pumps, &truncated, &written)
 	return nil
 }
 
@@ -271,9 +272,8 @@ func (k *Keeper) awaitExec(id string, spec sandbox.ExecSpec, p *execProc, b *box
 		ws = <-exitCh
 	}
 	ended := time.Now()
-	tEnd := time.Now()
 	defer func() {
-		k.log.Debug("exec end phases", "exec", spec.ID, "run_ms", ended.Sub(started).Seconds()*1000, "after_exit_ms", time.Since(tEnd).Seconds()*1000)
+		k.log.Debug("exec end phases", "exec", spec.ID, "run_ms", ended.Sub(started).Seconds()*1000, "after_exit_ms", time.Since(ended).Seconds()*1000)
 	}()
 	p.closeStdin()
 	drained := make(chan struct{})

@@ -340,15 +340,18 @@ func (k *Keeper) adopt() {
 		k.boxes[info.ID] = bx
 		k.log.Info("adopted sandbox", "id", info.ID, "state", bx.info.State)
 	}
+	// The names of the adopted sandboxes' cgroups and disks.
+	used := map[string]bool{}
+	for _, b := range k.boxes {
+		used[b.info.slot()] = true
+		if b.info.Disk != "" {
+			used[b.info.Disk] = true
+		}
+	}
 	if k.disk != nil {
 		dirs, err := k.disk.List()
 		if err != nil {
 			k.log.Warn("list sandbox disks", "err", err)
-		}
-		used := map[string]bool{}
-		for _, b := range k.boxes {
-			used[b.info.Disk] = true
-			used[b.info.slot()] = true
 		}
 		for _, d := range dirs {
 			if !used[d.Name] {
@@ -362,12 +365,8 @@ func (k *Keeper) adopt() {
 		k.log.Warn("list cgroups", "err", err)
 		return
 	}
-	slots := map[string]bool{}
-	for _, b := range k.boxes {
-		slots[b.info.slot()] = true
-	}
 	for _, g := range groups {
-		if slots[g] {
+		if used[g] {
 			continue
 		}
 		k.log.Info("removing orphaned cgroup", "name", g)

@@ -514,10 +514,11 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 		b.mu.Lock()
 		disk := b.info.Disk
 		b.mu.Unlock()
-		for _, name := range []string{disk, slot} { // slot: a disk made before it was recorded
-			if name == "" {
-				continue
-			}
+		names := []string{slot} // a disk made before it was recorded
+		if disk != "" && disk != slot {
+			names = append(names, disk)
+		}
+		for _, name := range names {
 			if err := k.disk.Remove(kctx, name); err != nil {
 				log.Warn("remove sandbox disk", "disk", name, "err", err)
 			}

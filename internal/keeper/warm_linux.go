@@ -127,12 +127,12 @@ func (w *warmPool) take(req CreateRequest) *box {
 	}
 	s.req, s.last = req, time.Now()
 	defer w.poke()
-	for len(s.ready) > 0 {
-		b := s.ready[0]
-		s.ready = s.ready[1:]
-		return b
+	if len(s.ready) == 0 {
+		return nil
 	}
-	return nil
+	b := s.ready[0]
+	s.ready = s.ready[1:]
+	return b
 }
 
 // run starts warm sandboxes until ctx ends, one at a time, then removes
