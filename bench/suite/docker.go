@@ -111,26 +111,10 @@ func (d *dockerDaemon) waitReady(ctx context.Context, sock string) error {
 		},
 	}}
 	defer client.CloseIdleConnections()
-	deadline := time.After(90 * time.Second)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/_ping", nil)
-		if resp, err := client.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case err := <-d.done:
-			d.done <- err
-			return fmt.Errorf("dockerd exited at start: %v", err)
-		case <-deadline:
-			return errors.New("dockerd not ready within 90s")
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := harness.WaitHTTPOK(ctx, client, "http://docker/_ping", 90*time.Second, d.done); err != nil {
+		return fmt.Errorf("dockerd not ready: %w", err)
 	}
+	return nil
 }
 
 // docker runs the docker client against this daemon.

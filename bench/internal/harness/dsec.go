@@ -98,11 +98,24 @@ func freePort() (string, error) {
 }
 
 func (d *Dsec) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	err := WaitHTTPOK(ctx, &http.Client{Timeout: time.Second}, "http://"+d.Addr+"/healthz", 90*time.Second, d.exited)
+	if err != nil {
+		return fmt.Errorf("dsec up not ready: %w:\n%s", err, d.LogTail(30))
+	}
+	return nil
+}
+
+// WaitHTTPOK polls url with client until it answers 200, the process
+// whose end exited reports ends (its error is put back for others to
+// read), limit passes or ctx ends.
+func WaitHTTPOK(ctx context.Context, client *http.Client, url string, limit time.Duration, exited chan error) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	client := &http.Client{Timeout: time.Second}
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.Addr+"/healthz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -110,11 +123,11 @@ func (d *Dsec) waitReady(ctx context.Context) error {
 			}
 		}
 		select {
-		case err := <-d.exited:
-			d.exited <- err
-			return fmt.Errorf("dsec up exited at start (%v):\n%s", err, d.LogTail(30))
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("it exited at start (%v)", err)
 		case <-ctx.Done():
-			return fmt.Errorf("dsec up not ready: %w:\n%s", ctx.Err(), d.LogTail(30))
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
