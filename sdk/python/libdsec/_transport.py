@@ -154,11 +154,14 @@ class Transport:
         deadline = None if timeout is None else _now() + timeout
         attempt = 0
         while True:
-            remaining = None if deadline is None else max(deadline - _now(), 0.001)
+            remaining = None if deadline is None else deadline - _now()
             try:
                 if remaining is None:
                     return await attempt_fn(None)
                 try:
+                    if remaining <= 0:
+                        raise asyncio.TimeoutError
+                    # Not rounded up: a call must not outlive its timeout.
                     return await asyncio.wait_for(attempt_fn(max(remaining - _GRACE, remaining / 2)), remaining)
                 except asyncio.TimeoutError:
                     raise errors.DeadlineExceededError(
