@@ -16,7 +16,8 @@
 //     before return) is written, whatever the input.
 //   - Character and block devices and sockets never enter a layer (a sandbox
 //     gets its own /dev); only overlayfs whiteouts (character device 0:0) do,
-//     and only with Options.KeepWhiteouts.
+//     and only with Options.KeepWhiteouts or, converted from OCI whiteout
+//     files, Options.OCIWhiteouts.
 package layer
 
 import (
@@ -45,6 +46,11 @@ type Options struct {
 	// the layer; pack_diff needs them. By default they are skipped like any
 	// other device node.
 	KeepWhiteouts bool
+	// OCIWhiteouts converts the whiteouts of OCI and docker image layers
+	// in a tar stream to overlayfs's forms: "dir/.wh.NAME" becomes a
+	// whiteout (character device 0:0) dir/NAME and "dir/.wh..wh..opq"
+	// makes dir opaque (OpaqueXattr). See oci.go.
+	OCIWhiteouts bool
 	// TempDir holds temporary files: the spool of file data read from a
 	// tar stream, and the image itself when out is not a file. Empty means
 	// os.TempDir().

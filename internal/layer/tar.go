@@ -89,6 +89,7 @@ func readTar(ctx context.Context, r io.Reader, spool *os.File, opts Options) (*t
 			err = nil // judged by cleanName below, with a better message
 		}
 		if err == io.EOF {
+			tb.finishOCI()
 			return tb.t, nil
 		}
 		if err != nil {
@@ -121,6 +122,7 @@ type tarBuilder struct {
 	off     int64
 	opts    Options
 	skipped map[string]bool // names of skipped entries
+	opaque  []string        // directories with an OCI opaque marker
 }
 
 // skip leaves out the entry at name, and hard links to it later.
@@ -201,6 +203,11 @@ func (b *tarBuilder) add(ctx context.Context, hdr *tar.Header, tr *tar.Reader, s
 	name, err := cleanName(hdr.Name)
 	if err != nil {
 		return invalid(hdr.Name, "%v", err)
+	}
+	if b.opts.OCIWhiteouts && hdr.Typeflag != tar.TypeLink {
+		if done, err := b.ociWhiteout(hdr, name); done {
+			return err
+		}
 	}
 
 	if isSparse(hdr) {
