@@ -35,16 +35,16 @@ func TestBuildFromTarOCIWhiteouts(t *testing.T) {
 	fsys := readImage(t, img)
 	char := fs.ModeDevice | fs.ModeCharDevice
 	want := map[string]imgRec{
-		"etc":          {Type: fs.ModeDir, Perm: 0o755, Nlink: 2},
-		"etc/passwd":   {Type: char, Nlink: 1},
-		"gone":         {Type: char, Nlink: 1},
-		"implicit":     {Type: fs.ModeDir, Perm: 0o755, Nlink: 2},
-		"implicit/x":   {Type: char, Nlink: 1},
-		"opq":          {Type: fs.ModeDir, Perm: 0o700, UID: 7, GID: 8, Nlink: 2},
-		"opq/kept":     {Perm: 0o644, Data: "k", Nlink: 1},
-		"late":         {Type: fs.ModeDir, Perm: 0o750, Nlink: 2},
-		"same":         {Perm: 0o644, Data: "s", Nlink: 1},
-		"again":        {Perm: 0o644, Data: "a", Nlink: 1},
+		"etc":        {Type: fs.ModeDir, Perm: 0o755, Nlink: 2},
+		"etc/passwd": {Type: char, Nlink: 1},
+		"gone":       {Type: char, Nlink: 1},
+		"implicit":   {Type: fs.ModeDir, Perm: 0o755, Nlink: 2},
+		"implicit/x": {Type: char, Nlink: 1},
+		"opq":        {Type: fs.ModeDir, Perm: 0o700, UID: 7, GID: 8, Nlink: 2},
+		"opq/kept":   {Perm: 0o644, Data: "k", Nlink: 1},
+		"late":       {Type: fs.ModeDir, Perm: 0o750, Nlink: 2},
+		"same":       {Perm: 0o644, Data: "s", Nlink: 1},
+		"again":      {Perm: 0o644, Data: "a", Nlink: 1},
 	}
 	got := map[string]imgRec{}
 	xattrs := map[string]map[string]string{}
