@@ -456,8 +456,14 @@ type CreateRequest struct {
 	Backend string `protobuf:"bytes,9,opt,name=backend,proto3" json:"backend,omitempty"`
 	// Retries with the same key and request return the same sandbox.
 	IdempotencyKey string `protobuf:"bytes,10,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// An explicit environment instead of image: layer digests
+	// ("sha256:<hex>", lowest first), each a registered layer, stacked as
+	// overlay lowers, with layer_config as the image config. Exactly one of
+	// image and layers.
+	Layers        []string     `protobuf:"bytes,11,rep,name=layers,proto3" json:"layers,omitempty"`
+	LayerConfig   *LayerConfig `protobuf:"bytes,12,opt,name=layer_config,json=layerConfig,proto3" json:"layer_config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
@@ -560,6 +566,85 @@ func (x *CreateRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *CreateRequest) GetLayers() []string {
+	if x != nil {
+		return x.Layers
+	}
+	return nil
+}
+
+func (x *CreateRequest) GetLayerConfig() *LayerConfig {
+	if x != nil {
+		return x.LayerConfig
+	}
+	return nil
+}
+
+// LayerConfig is how a sandbox created from an explicit list of layers runs
+// by default, as an image's config says for an image.
+type LayerConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// KEY=VALUE entries.
+	Env []string `protobuf:"bytes,1,rep,name=env,proto3" json:"env,omitempty"`
+	// Absolute path (default /).
+	Workdir string `protobuf:"bytes,2,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	// Name, uid or uid:gid (default root).
+	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayerConfig) Reset() {
+	*x = LayerConfig{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayerConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayerConfig) ProtoMessage() {}
+
+func (x *LayerConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayerConfig.ProtoReflect.Descriptor instead.
+func (*LayerConfig) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LayerConfig) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *LayerConfig) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *LayerConfig) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type CreateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
@@ -569,7 +654,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +666,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +679,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateResponse) GetSandbox() *Sandbox {
@@ -613,7 +698,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +710,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +723,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetRequest) GetId() string {
@@ -657,7 +742,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +754,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +767,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetResponse) GetSandbox() *Sandbox {
@@ -703,7 +788,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +800,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +813,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListRequest) GetSelector() map[string]string {
@@ -747,7 +832,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +844,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +857,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListResponse) GetSandboxes() []*Sandbox {
@@ -793,7 +878,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +890,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +903,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteRequest) GetId() string {
@@ -844,7 +929,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +941,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +954,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteResponse) GetDeleted() []string {
@@ -914,7 +999,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1011,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1024,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExecRequest) GetSandboxId() string {
@@ -1049,7 +1134,7 @@ type ExecStarted struct {
 
 func (x *ExecStarted) Reset() {
 	*x = ExecStarted{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1146,7 @@ func (x *ExecStarted) String() string {
 func (*ExecStarted) ProtoMessage() {}
 
 func (x *ExecStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1159,7 @@ func (x *ExecStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStarted.ProtoReflect.Descriptor instead.
 func (*ExecStarted) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecStarted) GetExecId() string {
@@ -1096,7 +1181,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1193,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1206,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OutputChunk) GetStream() Stream {
@@ -1165,7 +1250,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1262,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1275,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecExit) GetExitCode() int32 {
@@ -1257,7 +1342,7 @@ type Keepalive struct {
 
 func (x *Keepalive) Reset() {
 	*x = Keepalive{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1354,7 @@ func (x *Keepalive) String() string {
 func (*Keepalive) ProtoMessage() {}
 
 func (x *Keepalive) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1367,7 @@ func (x *Keepalive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keepalive.ProtoReflect.Descriptor instead.
 func (*Keepalive) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 type ExecResponse struct {
@@ -1300,7 +1385,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1397,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1410,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExecResponse) GetEvent() isExecResponse_Event {
@@ -1420,7 +1505,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1517,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1530,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1531,7 +1616,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1628,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1641,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReadFileRequest) GetSandboxId() string {
@@ -1598,7 +1683,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1695,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1708,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadFileResponse) GetInfo() *FileInfo {
@@ -1656,7 +1741,7 @@ type WriteFileHeader struct {
 
 func (x *WriteFileHeader) Reset() {
 	*x = WriteFileHeader{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1753,7 @@ func (x *WriteFileHeader) String() string {
 func (*WriteFileHeader) ProtoMessage() {}
 
 func (x *WriteFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1766,7 @@ func (x *WriteFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileHeader.ProtoReflect.Descriptor instead.
 func (*WriteFileHeader) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WriteFileHeader) GetSandboxId() string {
@@ -1732,7 +1817,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1829,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1842,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WriteFileRequest) GetMsg() isWriteFileRequest_Msg {
@@ -1810,7 +1895,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1907,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1920,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WriteFileResponse) GetInfo() *FileInfo {
@@ -1857,7 +1942,7 @@ type BatchCreateRequest struct {
 
 func (x *BatchCreateRequest) Reset() {
 	*x = BatchCreateRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +1954,7 @@ func (x *BatchCreateRequest) String() string {
 func (*BatchCreateRequest) ProtoMessage() {}
 
 func (x *BatchCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +1967,7 @@ func (x *BatchCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateRequest.ProtoReflect.Descriptor instead.
 func (*BatchCreateRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BatchCreateRequest) GetTemplate() *CreateRequest {
@@ -1911,7 +1996,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2008,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2021,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ItemError) GetCode() string {
@@ -1971,7 +2056,7 @@ type BatchCreateResult struct {
 
 func (x *BatchCreateResult) Reset() {
 	*x = BatchCreateResult{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2068,7 @@ func (x *BatchCreateResult) String() string {
 func (*BatchCreateResult) ProtoMessage() {}
 
 func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2081,7 @@ func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateResult.ProtoReflect.Descriptor instead.
 func (*BatchCreateResult) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BatchCreateResult) GetIndex() int32 {
@@ -2030,7 +2115,7 @@ type BatchCreateResponse struct {
 
 func (x *BatchCreateResponse) Reset() {
 	*x = BatchCreateResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2127,7 @@ func (x *BatchCreateResponse) String() string {
 func (*BatchCreateResponse) ProtoMessage() {}
 
 func (x *BatchCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2140,7 @@ func (x *BatchCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateResponse.ProtoReflect.Descriptor instead.
 func (*BatchCreateResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BatchCreateResponse) GetResults() []*BatchCreateResult {
@@ -2078,7 +2163,7 @@ type SetTimeoutRequest struct {
 
 func (x *SetTimeoutRequest) Reset() {
 	*x = SetTimeoutRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2175,7 @@ func (x *SetTimeoutRequest) String() string {
 func (*SetTimeoutRequest) ProtoMessage() {}
 
 func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2188,7 @@ func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetTimeoutRequest) GetId() string {
@@ -2136,7 +2221,7 @@ type SetTimeoutResponse struct {
 
 func (x *SetTimeoutResponse) Reset() {
 	*x = SetTimeoutResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2233,7 @@ func (x *SetTimeoutResponse) String() string {
 func (*SetTimeoutResponse) ProtoMessage() {}
 
 func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2246,7 @@ func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetTimeoutResponse) GetSandbox() *Sandbox {
@@ -2182,7 +2267,7 @@ type UpdateLabelsRequest struct {
 
 func (x *UpdateLabelsRequest) Reset() {
 	*x = UpdateLabelsRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2279,7 @@ func (x *UpdateLabelsRequest) String() string {
 func (*UpdateLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2292,7 @@ func (x *UpdateLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateLabelsRequest) GetId() string {
@@ -2240,7 +2325,7 @@ type UpdateLabelsResponse struct {
 
 func (x *UpdateLabelsResponse) Reset() {
 	*x = UpdateLabelsResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2337,7 @@ func (x *UpdateLabelsResponse) String() string {
 func (*UpdateLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2350,7 @@ func (x *UpdateLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpdateLabelsResponse) GetSandbox() *Sandbox {
@@ -2287,7 +2372,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2384,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2397,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchRequest) GetSelector() map[string]string {
@@ -2341,7 +2426,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2438,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2451,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Event) GetType() EventType {
@@ -2410,7 +2495,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2507,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2520,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchResponse) GetMsg() isWatchResponse_Msg {
@@ -2488,7 +2573,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2585,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2598,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatsRequest) GetId() string {
@@ -2543,7 +2628,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2555,7 +2640,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2568,7 +2653,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatsResponse) GetCpuUsage() *durationpb.Duration {
@@ -2660,7 +2745,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2757,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2770,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AttachRequest) GetSandboxId() string {
@@ -2729,7 +2814,7 @@ type WriteStdinRequest struct {
 
 func (x *WriteStdinRequest) Reset() {
 	*x = WriteStdinRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2826,7 @@ func (x *WriteStdinRequest) String() string {
 func (*WriteStdinRequest) ProtoMessage() {}
 
 func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2839,7 @@ func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WriteStdinRequest) GetSandboxId() string {
@@ -2793,7 +2878,7 @@ type WriteStdinResponse struct {
 
 func (x *WriteStdinResponse) Reset() {
 	*x = WriteStdinResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +2890,7 @@ func (x *WriteStdinResponse) String() string {
 func (*WriteStdinResponse) ProtoMessage() {}
 
 func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +2903,7 @@ func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 type SignalRequest struct {
@@ -2833,7 +2918,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +2930,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +2943,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SignalRequest) GetSandboxId() string {
@@ -2890,7 +2975,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +2987,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3000,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 type ResizeTTYRequest struct {
@@ -2930,7 +3015,7 @@ type ResizeTTYRequest struct {
 
 func (x *ResizeTTYRequest) Reset() {
 	*x = ResizeTTYRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3027,7 @@ func (x *ResizeTTYRequest) String() string {
 func (*ResizeTTYRequest) ProtoMessage() {}
 
 func (x *ResizeTTYRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3040,7 @@ func (x *ResizeTTYRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTTYRequest.ProtoReflect.Descriptor instead.
 func (*ResizeTTYRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResizeTTYRequest) GetSandboxId() string {
@@ -2994,7 +3079,7 @@ type ResizeTTYResponse struct {
 
 func (x *ResizeTTYResponse) Reset() {
 	*x = ResizeTTYResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3091,7 @@ func (x *ResizeTTYResponse) String() string {
 func (*ResizeTTYResponse) ProtoMessage() {}
 
 func (x *ResizeTTYResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3104,7 @@ func (x *ResizeTTYResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTTYResponse.ProtoReflect.Descriptor instead.
 func (*ResizeTTYResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 type ListExecsRequest struct {
@@ -3031,7 +3116,7 @@ type ListExecsRequest struct {
 
 func (x *ListExecsRequest) Reset() {
 	*x = ListExecsRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3043,7 +3128,7 @@ func (x *ListExecsRequest) String() string {
 func (*ListExecsRequest) ProtoMessage() {}
 
 func (x *ListExecsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3056,7 +3141,7 @@ func (x *ListExecsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecsRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListExecsRequest) GetSandboxId() string {
@@ -3083,7 +3168,7 @@ type ExecInfo struct {
 
 func (x *ExecInfo) Reset() {
 	*x = ExecInfo{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3095,7 +3180,7 @@ func (x *ExecInfo) String() string {
 func (*ExecInfo) ProtoMessage() {}
 
 func (x *ExecInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3108,7 +3193,7 @@ func (x *ExecInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInfo.ProtoReflect.Descriptor instead.
 func (*ExecInfo) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ExecInfo) GetExecId() string {
@@ -3176,7 +3261,7 @@ type ListExecsResponse struct {
 
 func (x *ListExecsResponse) Reset() {
 	*x = ListExecsResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3273,7 @@ func (x *ListExecsResponse) String() string {
 func (*ListExecsResponse) ProtoMessage() {}
 
 func (x *ListExecsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3286,7 @@ func (x *ListExecsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecsResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListExecsResponse) GetExecs() []*ExecInfo {
@@ -3221,7 +3306,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3318,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3331,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StatRequest) GetSandboxId() string {
@@ -3272,7 +3357,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3284,7 +3369,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3297,7 +3382,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StatResponse) GetInfo() *FileInfo {
@@ -3319,7 +3404,7 @@ type ListDirRequest struct {
 
 func (x *ListDirRequest) Reset() {
 	*x = ListDirRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3416,7 @@ func (x *ListDirRequest) String() string {
 func (*ListDirRequest) ProtoMessage() {}
 
 func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3429,7 @@ func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirRequest.ProtoReflect.Descriptor instead.
 func (*ListDirRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListDirRequest) GetSandboxId() string {
@@ -3378,7 +3463,7 @@ type ListDirResponse struct {
 
 func (x *ListDirResponse) Reset() {
 	*x = ListDirResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3390,7 +3475,7 @@ func (x *ListDirResponse) String() string {
 func (*ListDirResponse) ProtoMessage() {}
 
 func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3403,7 +3488,7 @@ func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirResponse.ProtoReflect.Descriptor instead.
 func (*ListDirResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListDirResponse) GetEntries() []*FileInfo {
@@ -3435,7 +3520,7 @@ type MakeDirRequest struct {
 
 func (x *MakeDirRequest) Reset() {
 	*x = MakeDirRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3447,7 +3532,7 @@ func (x *MakeDirRequest) String() string {
 func (*MakeDirRequest) ProtoMessage() {}
 
 func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3460,7 +3545,7 @@ func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MakeDirRequest) GetSandboxId() string {
@@ -3507,7 +3592,7 @@ type MakeDirResponse struct {
 
 func (x *MakeDirResponse) Reset() {
 	*x = MakeDirResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3604,7 @@ func (x *MakeDirResponse) String() string {
 func (*MakeDirResponse) ProtoMessage() {}
 
 func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3617,7 @@ func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MakeDirResponse) GetInfo() *FileInfo {
@@ -3553,7 +3638,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3565,7 +3650,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3578,7 +3663,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveRequest) GetSandboxId() string {
@@ -3610,7 +3695,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3707,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3720,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 type RenameRequest struct {
@@ -3650,7 +3735,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3662,7 +3747,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3675,7 +3760,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RenameRequest) GetSandboxId() string {
@@ -3714,7 +3799,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3726,7 +3811,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3739,7 +3824,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 type DownloadTarRequest struct {
@@ -3752,7 +3837,7 @@ type DownloadTarRequest struct {
 
 func (x *DownloadTarRequest) Reset() {
 	*x = DownloadTarRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +3849,7 @@ func (x *DownloadTarRequest) String() string {
 func (*DownloadTarRequest) ProtoMessage() {}
 
 func (x *DownloadTarRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +3862,7 @@ func (x *DownloadTarRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadTarRequest.ProtoReflect.Descriptor instead.
 func (*DownloadTarRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DownloadTarRequest) GetSandboxId() string {
@@ -3803,7 +3888,7 @@ type DownloadTarResponse struct {
 
 func (x *DownloadTarResponse) Reset() {
 	*x = DownloadTarResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +3900,7 @@ func (x *DownloadTarResponse) String() string {
 func (*DownloadTarResponse) ProtoMessage() {}
 
 func (x *DownloadTarResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +3913,7 @@ func (x *DownloadTarResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadTarResponse.ProtoReflect.Descriptor instead.
 func (*DownloadTarResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DownloadTarResponse) GetData() []byte {
@@ -3852,7 +3937,7 @@ type UploadTarHeader struct {
 
 func (x *UploadTarHeader) Reset() {
 	*x = UploadTarHeader{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +3949,7 @@ func (x *UploadTarHeader) String() string {
 func (*UploadTarHeader) ProtoMessage() {}
 
 func (x *UploadTarHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +3962,7 @@ func (x *UploadTarHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadTarHeader.ProtoReflect.Descriptor instead.
 func (*UploadTarHeader) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UploadTarHeader) GetSandboxId() string {
@@ -3921,7 +4006,7 @@ type UploadTarRequest struct {
 
 func (x *UploadTarRequest) Reset() {
 	*x = UploadTarRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4018,7 @@ func (x *UploadTarRequest) String() string {
 func (*UploadTarRequest) ProtoMessage() {}
 
 func (x *UploadTarRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4031,7 @@ func (x *UploadTarRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadTarRequest.ProtoReflect.Descriptor instead.
 func (*UploadTarRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UploadTarRequest) GetMsg() isUploadTarRequest_Msg {
@@ -4002,7 +4087,7 @@ type UploadTarResponse struct {
 
 func (x *UploadTarResponse) Reset() {
 	*x = UploadTarResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4014,7 +4099,7 @@ func (x *UploadTarResponse) String() string {
 func (*UploadTarResponse) ProtoMessage() {}
 
 func (x *UploadTarResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4027,7 +4112,7 @@ func (x *UploadTarResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadTarResponse.ProtoReflect.Descriptor instead.
 func (*UploadTarResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *UploadTarResponse) GetFiles() int64 {
@@ -4056,6 +4141,166 @@ func (x *UploadTarResponse) GetBytes() int64 {
 		return x.Bytes
 	}
 	return 0
+}
+
+type PackDiffRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// The new environment, NAME[:TAG] (tag defaults to latest).
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Absolute paths left out of the new layer: the new environment shows
+	// them as the sandbox's environment had them.
+	Scrub         []string `protobuf:"bytes,3,rep,name=scrub,proto3" json:"scrub,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PackDiffRequest) Reset() {
+	*x = PackDiffRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PackDiffRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PackDiffRequest) ProtoMessage() {}
+
+func (x *PackDiffRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PackDiffRequest.ProtoReflect.Descriptor instead.
+func (*PackDiffRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *PackDiffRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *PackDiffRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PackDiffRequest) GetScrub() []string {
+	if x != nil {
+		return x.Scrub
+	}
+	return nil
+}
+
+type PackDiffResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// NAME:TAG registered.
+	Image string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// The new layer.
+	LayerDigest string `protobuf:"bytes,2,opt,name=layer_digest,json=layerDigest,proto3" json:"layer_digest,omitempty"`
+	LayerSize   int64  `protobuf:"varint,3,opt,name=layer_size,json=layerSize,proto3" json:"layer_size,omitempty"`
+	// Every layer of the new environment, lowest first (the new one last).
+	Layers []string `protobuf:"bytes,4,rep,name=layers,proto3" json:"layers,omitempty"`
+	// Names in the new layer (files, directories, links, whiteouts).
+	Files int64 `protobuf:"varint,5,opt,name=files,proto3" json:"files,omitempty"`
+	// How long the sandbox was frozen, and the whole call.
+	Frozen        *durationpb.Duration `protobuf:"bytes,6,opt,name=frozen,proto3" json:"frozen,omitempty"`
+	Duration      *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PackDiffResponse) Reset() {
+	*x = PackDiffResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PackDiffResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PackDiffResponse) ProtoMessage() {}
+
+func (x *PackDiffResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PackDiffResponse.ProtoReflect.Descriptor instead.
+func (*PackDiffResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *PackDiffResponse) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *PackDiffResponse) GetLayerDigest() string {
+	if x != nil {
+		return x.LayerDigest
+	}
+	return ""
+}
+
+func (x *PackDiffResponse) GetLayerSize() int64 {
+	if x != nil {
+		return x.LayerSize
+	}
+	return 0
+}
+
+func (x *PackDiffResponse) GetLayers() []string {
+	if x != nil {
+		return x.Layers
+	}
+	return nil
+}
+
+func (x *PackDiffResponse) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *PackDiffResponse) GetFrozen() *durationpb.Duration {
+	if x != nil {
+		return x.Frozen
+	}
+	return nil
+}
+
+func (x *PackDiffResponse) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
 }
 
 var File_dsec_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -4093,7 +4338,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x04\n" +
 	"\rCreateRequest\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12B\n" +
 	"\x06labels\x18\x02 \x03(\v2*.dsec.sandbox.v1.CreateRequest.LabelsEntryR\x06labels\x128\n" +
@@ -4105,13 +4350,19 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\bidle_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\aidleTtl\x12\x18\n" +
 	"\abackend\x18\t \x01(\tR\abackend\x12'\n" +
 	"\x0fidempotency_key\x18\n" +
-	" \x01(\tR\x0eidempotencyKey\x1a9\n" +
+	" \x01(\tR\x0eidempotencyKey\x12\x16\n" +
+	"\x06layers\x18\v \x03(\tR\x06layers\x12?\n" +
+	"\flayer_config\x18\f \x01(\v2\x1c.dsec.sandbox.v1.LayerConfigR\vlayerConfig\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\vLayerConfig\x12\x10\n" +
+	"\x03env\x18\x01 \x03(\tR\x03env\x12\x18\n" +
+	"\aworkdir\x18\x02 \x01(\tR\aworkdir\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"D\n" +
 	"\x0eCreateResponse\x122\n" +
 	"\asandbox\x18\x01 \x01(\v2\x18.dsec.sandbox.v1.SandboxR\asandbox\"\x1c\n" +
 	"\n" +
@@ -4373,7 +4624,21 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x12\n" +
 	"\x04dirs\x18\x02 \x01(\x03R\x04dirs\x12\x14\n" +
 	"\x05links\x18\x03 \x01(\x03R\x05links\x12\x14\n" +
-	"\x05bytes\x18\x04 \x01(\x03R\x05bytes*\x8e\x01\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\"Z\n" +
+	"\x0fPackDiffRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05scrub\x18\x03 \x03(\tR\x05scrub\"\x82\x02\n" +
+	"\x10PackDiffResponse\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12!\n" +
+	"\flayer_digest\x18\x02 \x01(\tR\vlayerDigest\x12\x1d\n" +
+	"\n" +
+	"layer_size\x18\x03 \x01(\x03R\tlayerSize\x12\x16\n" +
+	"\x06layers\x18\x04 \x03(\tR\x06layers\x12\x14\n" +
+	"\x05files\x18\x05 \x01(\x03R\x05files\x121\n" +
+	"\x06frozen\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06frozen\x125\n" +
+	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration*\x8e\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATE_CREATING\x10\x01\x12\x11\n" +
@@ -4394,7 +4659,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_TTL_EXPIRED\x10\x04\x12\x15\n" +
 	"\x11EVENT_TYPE_FAILED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_DELETED\x10\x06\x12\x16\n" +
-	"\x12EVENT_TYPE_UPDATED\x10\a2\xfb\x0e\n" +
+	"\x12EVENT_TYPE_UPDATED\x10\a2\xcc\x0f\n" +
 	"\x0eSandboxService\x12I\n" +
 	"\x06Create\x12\x1e.dsec.sandbox.v1.CreateRequest\x1a\x1f.dsec.sandbox.v1.CreateResponse\x12@\n" +
 	"\x03Get\x12\x1b.dsec.sandbox.v1.GetRequest\x1a\x1c.dsec.sandbox.v1.GetResponse\x12C\n" +
@@ -4421,7 +4686,8 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06Remove\x12\x1e.dsec.sandbox.v1.RemoveRequest\x1a\x1f.dsec.sandbox.v1.RemoveResponse\x12I\n" +
 	"\x06Rename\x12\x1e.dsec.sandbox.v1.RenameRequest\x1a\x1f.dsec.sandbox.v1.RenameResponse\x12Z\n" +
 	"\vDownloadTar\x12#.dsec.sandbox.v1.DownloadTarRequest\x1a$.dsec.sandbox.v1.DownloadTarResponse0\x01\x12T\n" +
-	"\tUploadTar\x12!.dsec.sandbox.v1.UploadTarRequest\x1a\".dsec.sandbox.v1.UploadTarResponse(\x01B;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
+	"\tUploadTar\x12!.dsec.sandbox.v1.UploadTarRequest\x1a\".dsec.sandbox.v1.UploadTarResponse(\x01\x12O\n" +
+	"\bPackDiff\x12 .dsec.sandbox.v1.PackDiffRequest\x1a!.dsec.sandbox.v1.PackDiffResponseB;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_dsec_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -4436,7 +4702,7 @@ func file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_dsec_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_dsec_sandbox_v1_sandbox_proto_goTypes = []any{
 	(State)(0),                    // 0: dsec.sandbox.v1.State
 	(Stream)(0),                   // 1: dsec.sandbox.v1.Stream
@@ -4444,182 +4710,190 @@ var file_dsec_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*Resources)(nil),             // 3: dsec.sandbox.v1.Resources
 	(*Sandbox)(nil),               // 4: dsec.sandbox.v1.Sandbox
 	(*CreateRequest)(nil),         // 5: dsec.sandbox.v1.CreateRequest
-	(*CreateResponse)(nil),        // 6: dsec.sandbox.v1.CreateResponse
-	(*GetRequest)(nil),            // 7: dsec.sandbox.v1.GetRequest
-	(*GetResponse)(nil),           // 8: dsec.sandbox.v1.GetResponse
-	(*ListRequest)(nil),           // 9: dsec.sandbox.v1.ListRequest
-	(*ListResponse)(nil),          // 10: dsec.sandbox.v1.ListResponse
-	(*DeleteRequest)(nil),         // 11: dsec.sandbox.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 12: dsec.sandbox.v1.DeleteResponse
-	(*ExecRequest)(nil),           // 13: dsec.sandbox.v1.ExecRequest
-	(*ExecStarted)(nil),           // 14: dsec.sandbox.v1.ExecStarted
-	(*OutputChunk)(nil),           // 15: dsec.sandbox.v1.OutputChunk
-	(*ExecExit)(nil),              // 16: dsec.sandbox.v1.ExecExit
-	(*Keepalive)(nil),             // 17: dsec.sandbox.v1.Keepalive
-	(*ExecResponse)(nil),          // 18: dsec.sandbox.v1.ExecResponse
-	(*FileInfo)(nil),              // 19: dsec.sandbox.v1.FileInfo
-	(*ReadFileRequest)(nil),       // 20: dsec.sandbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 21: dsec.sandbox.v1.ReadFileResponse
-	(*WriteFileHeader)(nil),       // 22: dsec.sandbox.v1.WriteFileHeader
-	(*WriteFileRequest)(nil),      // 23: dsec.sandbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 24: dsec.sandbox.v1.WriteFileResponse
-	(*BatchCreateRequest)(nil),    // 25: dsec.sandbox.v1.BatchCreateRequest
-	(*ItemError)(nil),             // 26: dsec.sandbox.v1.ItemError
-	(*BatchCreateResult)(nil),     // 27: dsec.sandbox.v1.BatchCreateResult
-	(*BatchCreateResponse)(nil),   // 28: dsec.sandbox.v1.BatchCreateResponse
-	(*SetTimeoutRequest)(nil),     // 29: dsec.sandbox.v1.SetTimeoutRequest
-	(*SetTimeoutResponse)(nil),    // 30: dsec.sandbox.v1.SetTimeoutResponse
-	(*UpdateLabelsRequest)(nil),   // 31: dsec.sandbox.v1.UpdateLabelsRequest
-	(*UpdateLabelsResponse)(nil),  // 32: dsec.sandbox.v1.UpdateLabelsResponse
-	(*WatchRequest)(nil),          // 33: dsec.sandbox.v1.WatchRequest
-	(*Event)(nil),                 // 34: dsec.sandbox.v1.Event
-	(*WatchResponse)(nil),         // 35: dsec.sandbox.v1.WatchResponse
-	(*StatsRequest)(nil),          // 36: dsec.sandbox.v1.StatsRequest
-	(*StatsResponse)(nil),         // 37: dsec.sandbox.v1.StatsResponse
-	(*AttachRequest)(nil),         // 38: dsec.sandbox.v1.AttachRequest
-	(*WriteStdinRequest)(nil),     // 39: dsec.sandbox.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),    // 40: dsec.sandbox.v1.WriteStdinResponse
-	(*SignalRequest)(nil),         // 41: dsec.sandbox.v1.SignalRequest
-	(*SignalResponse)(nil),        // 42: dsec.sandbox.v1.SignalResponse
-	(*ResizeTTYRequest)(nil),      // 43: dsec.sandbox.v1.ResizeTTYRequest
-	(*ResizeTTYResponse)(nil),     // 44: dsec.sandbox.v1.ResizeTTYResponse
-	(*ListExecsRequest)(nil),      // 45: dsec.sandbox.v1.ListExecsRequest
-	(*ExecInfo)(nil),              // 46: dsec.sandbox.v1.ExecInfo
-	(*ListExecsResponse)(nil),     // 47: dsec.sandbox.v1.ListExecsResponse
-	(*StatRequest)(nil),           // 48: dsec.sandbox.v1.StatRequest
-	(*StatResponse)(nil),          // 49: dsec.sandbox.v1.StatResponse
-	(*ListDirRequest)(nil),        // 50: dsec.sandbox.v1.ListDirRequest
-	(*ListDirResponse)(nil),       // 51: dsec.sandbox.v1.ListDirResponse
-	(*MakeDirRequest)(nil),        // 52: dsec.sandbox.v1.MakeDirRequest
-	(*MakeDirResponse)(nil),       // 53: dsec.sandbox.v1.MakeDirResponse
-	(*RemoveRequest)(nil),         // 54: dsec.sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),        // 55: dsec.sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),         // 56: dsec.sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),        // 57: dsec.sandbox.v1.RenameResponse
-	(*DownloadTarRequest)(nil),    // 58: dsec.sandbox.v1.DownloadTarRequest
-	(*DownloadTarResponse)(nil),   // 59: dsec.sandbox.v1.DownloadTarResponse
-	(*UploadTarHeader)(nil),       // 60: dsec.sandbox.v1.UploadTarHeader
-	(*UploadTarRequest)(nil),      // 61: dsec.sandbox.v1.UploadTarRequest
-	(*UploadTarResponse)(nil),     // 62: dsec.sandbox.v1.UploadTarResponse
-	nil,                           // 63: dsec.sandbox.v1.Sandbox.LabelsEntry
-	nil,                           // 64: dsec.sandbox.v1.Sandbox.EnvEntry
-	nil,                           // 65: dsec.sandbox.v1.CreateRequest.LabelsEntry
-	nil,                           // 66: dsec.sandbox.v1.CreateRequest.EnvEntry
-	nil,                           // 67: dsec.sandbox.v1.ListRequest.SelectorEntry
-	nil,                           // 68: dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	nil,                           // 69: dsec.sandbox.v1.ExecRequest.EnvEntry
-	nil,                           // 70: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
-	nil,                           // 71: dsec.sandbox.v1.WatchRequest.SelectorEntry
-	(*timestamppb.Timestamp)(nil), // 72: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 73: google.protobuf.Duration
+	(*LayerConfig)(nil),           // 6: dsec.sandbox.v1.LayerConfig
+	(*CreateResponse)(nil),        // 7: dsec.sandbox.v1.CreateResponse
+	(*GetRequest)(nil),            // 8: dsec.sandbox.v1.GetRequest
+	(*GetResponse)(nil),           // 9: dsec.sandbox.v1.GetResponse
+	(*ListRequest)(nil),           // 10: dsec.sandbox.v1.ListRequest
+	(*ListResponse)(nil),          // 11: dsec.sandbox.v1.ListResponse
+	(*DeleteRequest)(nil),         // 12: dsec.sandbox.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 13: dsec.sandbox.v1.DeleteResponse
+	(*ExecRequest)(nil),           // 14: dsec.sandbox.v1.ExecRequest
+	(*ExecStarted)(nil),           // 15: dsec.sandbox.v1.ExecStarted
+	(*OutputChunk)(nil),           // 16: dsec.sandbox.v1.OutputChunk
+	(*ExecExit)(nil),              // 17: dsec.sandbox.v1.ExecExit
+	(*Keepalive)(nil),             // 18: dsec.sandbox.v1.Keepalive
+	(*ExecResponse)(nil),          // 19: dsec.sandbox.v1.ExecResponse
+	(*FileInfo)(nil),              // 20: dsec.sandbox.v1.FileInfo
+	(*ReadFileRequest)(nil),       // 21: dsec.sandbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 22: dsec.sandbox.v1.ReadFileResponse
+	(*WriteFileHeader)(nil),       // 23: dsec.sandbox.v1.WriteFileHeader
+	(*WriteFileRequest)(nil),      // 24: dsec.sandbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 25: dsec.sandbox.v1.WriteFileResponse
+	(*BatchCreateRequest)(nil),    // 26: dsec.sandbox.v1.BatchCreateRequest
+	(*ItemError)(nil),             // 27: dsec.sandbox.v1.ItemError
+	(*BatchCreateResult)(nil),     // 28: dsec.sandbox.v1.BatchCreateResult
+	(*BatchCreateResponse)(nil),   // 29: dsec.sandbox.v1.BatchCreateResponse
+	(*SetTimeoutRequest)(nil),     // 30: dsec.sandbox.v1.SetTimeoutRequest
+	(*SetTimeoutResponse)(nil),    // 31: dsec.sandbox.v1.SetTimeoutResponse
+	(*UpdateLabelsRequest)(nil),   // 32: dsec.sandbox.v1.UpdateLabelsRequest
+	(*UpdateLabelsResponse)(nil),  // 33: dsec.sandbox.v1.UpdateLabelsResponse
+	(*WatchRequest)(nil),          // 34: dsec.sandbox.v1.WatchRequest
+	(*Event)(nil),                 // 35: dsec.sandbox.v1.Event
+	(*WatchResponse)(nil),         // 36: dsec.sandbox.v1.WatchResponse
+	(*StatsRequest)(nil),          // 37: dsec.sandbox.v1.StatsRequest
+	(*StatsResponse)(nil),         // 38: dsec.sandbox.v1.StatsResponse
+	(*AttachRequest)(nil),         // 39: dsec.sandbox.v1.AttachRequest
+	(*WriteStdinRequest)(nil),     // 40: dsec.sandbox.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),    // 41: dsec.sandbox.v1.WriteStdinResponse
+	(*SignalRequest)(nil),         // 42: dsec.sandbox.v1.SignalRequest
+	(*SignalResponse)(nil),        // 43: dsec.sandbox.v1.SignalResponse
+	(*ResizeTTYRequest)(nil),      // 44: dsec.sandbox.v1.ResizeTTYRequest
+	(*ResizeTTYResponse)(nil),     // 45: dsec.sandbox.v1.ResizeTTYResponse
+	(*ListExecsRequest)(nil),      // 46: dsec.sandbox.v1.ListExecsRequest
+	(*ExecInfo)(nil),              // 47: dsec.sandbox.v1.ExecInfo
+	(*ListExecsResponse)(nil),     // 48: dsec.sandbox.v1.ListExecsResponse
+	(*StatRequest)(nil),           // 49: dsec.sandbox.v1.StatRequest
+	(*StatResponse)(nil),          // 50: dsec.sandbox.v1.StatResponse
+	(*ListDirRequest)(nil),        // 51: dsec.sandbox.v1.ListDirRequest
+	(*ListDirResponse)(nil),       // 52: dsec.sandbox.v1.ListDirResponse
+	(*MakeDirRequest)(nil),        // 53: dsec.sandbox.v1.MakeDirRequest
+	(*MakeDirResponse)(nil),       // 54: dsec.sandbox.v1.MakeDirResponse
+	(*RemoveRequest)(nil),         // 55: dsec.sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 56: dsec.sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),         // 57: dsec.sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),        // 58: dsec.sandbox.v1.RenameResponse
+	(*DownloadTarRequest)(nil),    // 59: dsec.sandbox.v1.DownloadTarRequest
+	(*DownloadTarResponse)(nil),   // 60: dsec.sandbox.v1.DownloadTarResponse
+	(*UploadTarHeader)(nil),       // 61: dsec.sandbox.v1.UploadTarHeader
+	(*UploadTarRequest)(nil),      // 62: dsec.sandbox.v1.UploadTarRequest
+	(*UploadTarResponse)(nil),     // 63: dsec.sandbox.v1.UploadTarResponse
+	(*PackDiffRequest)(nil),       // 64: dsec.sandbox.v1.PackDiffRequest
+	(*PackDiffResponse)(nil),      // 65: dsec.sandbox.v1.PackDiffResponse
+	nil,                           // 66: dsec.sandbox.v1.Sandbox.LabelsEntry
+	nil,                           // 67: dsec.sandbox.v1.Sandbox.EnvEntry
+	nil,                           // 68: dsec.sandbox.v1.CreateRequest.LabelsEntry
+	nil,                           // 69: dsec.sandbox.v1.CreateRequest.EnvEntry
+	nil,                           // 70: dsec.sandbox.v1.ListRequest.SelectorEntry
+	nil,                           // 71: dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	nil,                           // 72: dsec.sandbox.v1.ExecRequest.EnvEntry
+	nil,                           // 73: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	nil,                           // 74: dsec.sandbox.v1.WatchRequest.SelectorEntry
+	(*timestamppb.Timestamp)(nil), // 75: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 76: google.protobuf.Duration
 }
 var file_dsec_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	63, // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
+	66, // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
 	0,  // 1: dsec.sandbox.v1.Sandbox.state:type_name -> dsec.sandbox.v1.State
 	3,  // 2: dsec.sandbox.v1.Sandbox.resources:type_name -> dsec.sandbox.v1.Resources
-	72, // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	72, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	73, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
-	64, // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
-	65, // 7: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
+	75, // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	75, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	76, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
+	67, // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
+	68, // 7: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
 	3,  // 8: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
-	66, // 9: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
-	73, // 10: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
-	73, // 11: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
-	4,  // 12: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	4,  // 13: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	67, // 14: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
-	4,  // 15: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
-	68, // 16: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	69, // 17: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
-	73, // 18: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	1,  // 19: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
-	73, // 20: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
-	14, // 21: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
-	15, // 22: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
-	16, // 23: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
-	17, // 24: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	72, // 25: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	19, // 26: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	22, // 27: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
-	19, // 28: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	5,  // 29: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
-	73, // 30: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
-	4,  // 31: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	26, // 32: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
-	27, // 33: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
-	73, // 34: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
-	73, // 35: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
-	4,  // 36: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	70, // 37: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
-	4,  // 38: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	71, // 39: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
-	2,  // 40: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
-	4,  // 41: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	72, // 42: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
-	34, // 43: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
-	17, // 44: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	73, // 45: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
-	72, // 46: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
-	16, // 47: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
-	46, // 48: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
-	19, // 49: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	19, // 50: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
-	19, // 51: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	60, // 52: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
-	5,  // 53: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
-	7,  // 54: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
-	9,  // 55: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
-	11, // 56: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
-	13, // 57: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
-	20, // 58: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
-	23, // 59: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
-	25, // 60: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
-	29, // 61: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
-	31, // 62: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
-	33, // 63: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
-	36, // 64: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
-	38, // 65: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
-	39, // 66: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
-	41, // 67: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
-	43, // 68: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
-	45, // 69: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
-	48, // 70: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
-	50, // 71: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
-	52, // 72: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
-	54, // 73: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
-	56, // 74: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
-	58, // 75: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
-	61, // 76: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
-	6,  // 77: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
-	8,  // 78: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
-	10, // 79: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
-	12, // 80: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
-	18, // 81: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
-	21, // 82: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
-	24, // 83: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
-	28, // 84: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
-	30, // 85: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
-	32, // 86: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
-	35, // 87: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
-	37, // 88: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
-	18, // 89: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
-	40, // 90: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
-	42, // 91: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
-	44, // 92: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
-	47, // 93: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
-	49, // 94: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
-	51, // 95: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
-	53, // 96: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
-	55, // 97: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
-	57, // 98: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
-	59, // 99: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
-	62, // 100: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
-	77, // [77:101] is the sub-list for method output_type
-	53, // [53:77] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	69, // 9: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
+	76, // 10: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
+	76, // 11: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
+	6,  // 12: dsec.sandbox.v1.CreateRequest.layer_config:type_name -> dsec.sandbox.v1.LayerConfig
+	4,  // 13: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	4,  // 14: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	70, // 15: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
+	4,  // 16: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
+	71, // 17: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	72, // 18: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
+	76, // 19: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	1,  // 20: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
+	76, // 21: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	15, // 22: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
+	16, // 23: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
+	17, // 24: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
+	18, // 25: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	75, // 26: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	20, // 27: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	23, // 28: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
+	20, // 29: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	5,  // 30: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
+	76, // 31: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
+	4,  // 32: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	27, // 33: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
+	28, // 34: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
+	76, // 35: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
+	76, // 36: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
+	4,  // 37: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	73, // 38: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	4,  // 39: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	74, // 40: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
+	2,  // 41: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
+	4,  // 42: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	75, // 43: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
+	35, // 44: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
+	18, // 45: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	76, // 46: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
+	75, // 47: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
+	17, // 48: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
+	47, // 49: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
+	20, // 50: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	20, // 51: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
+	20, // 52: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	61, // 53: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
+	76, // 54: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
+	76, // 55: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
+	5,  // 56: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
+	8,  // 57: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
+	10, // 58: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
+	12, // 59: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
+	14, // 60: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
+	21, // 61: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
+	24, // 62: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
+	26, // 63: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
+	30, // 64: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
+	32, // 65: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
+	34, // 66: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
+	37, // 67: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
+	39, // 68: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
+	40, // 69: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
+	42, // 70: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
+	44, // 71: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
+	46, // 72: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
+	49, // 73: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
+	51, // 74: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
+	53, // 75: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
+	55, // 76: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
+	57, // 77: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
+	59, // 78: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
+	62, // 79: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
+	64, // 80: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
+	7,  // 81: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
+	9,  // 82: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
+	11, // 83: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
+	13, // 84: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
+	19, // 85: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
+	22, // 86: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
+	25, // 87: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
+	29, // 88: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
+	31, // 89: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
+	33, // 90: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
+	36, // 91: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
+	38, // 92: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
+	19, // 93: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
+	41, // 94: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
+	43, // 95: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
+	45, // 96: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
+	48, // 97: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
+	50, // 98: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
+	52, // 99: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
+	54, // 100: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
+	56, // 101: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
+	58, // 102: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
+	60, // 103: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
+	63, // 104: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
+	65, // 105: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
+	81, // [81:106] is the sub-list for method output_type
+	56, // [56:81] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_dsec_sandbox_v1_sandbox_proto_init() }
@@ -4627,21 +4901,21 @@ func file_dsec_sandbox_v1_sandbox_proto_init() {
 	if File_dsec_sandbox_v1_sandbox_proto != nil {
 		return
 	}
-	file_dsec_sandbox_v1_sandbox_proto_msgTypes[15].OneofWrappers = []any{
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[16].OneofWrappers = []any{
 		(*ExecResponse_Started)(nil),
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exit)(nil),
 		(*ExecResponse_Keepalive)(nil),
 	}
-	file_dsec_sandbox_v1_sandbox_proto_msgTypes[20].OneofWrappers = []any{
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[21].OneofWrappers = []any{
 		(*WriteFileRequest_Header)(nil),
 		(*WriteFileRequest_Data)(nil),
 	}
-	file_dsec_sandbox_v1_sandbox_proto_msgTypes[32].OneofWrappers = []any{
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[33].OneofWrappers = []any{
 		(*WatchResponse_Event)(nil),
 		(*WatchResponse_Keepalive)(nil),
 	}
-	file_dsec_sandbox_v1_sandbox_proto_msgTypes[58].OneofWrappers = []any{
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[59].OneofWrappers = []any{
 		(*UploadTarRequest_Header)(nil),
 		(*UploadTarRequest_Data)(nil),
 	}
@@ -4651,7 +4925,7 @@ func file_dsec_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsec_sandbox_v1_sandbox_proto_rawDesc), len(file_dsec_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   69,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -94,6 +94,8 @@ const (
 	// SandboxServiceUploadTarProcedure is the fully-qualified name of the SandboxService's UploadTar
 	// RPC.
 	SandboxServiceUploadTarProcedure = "/dsec.sandbox.v1.SandboxService/UploadTar"
+	// SandboxServicePackDiffProcedure is the fully-qualified name of the SandboxService's PackDiff RPC.
+	SandboxServicePackDiffProcedure = "/dsec.sandbox.v1.SandboxService/PackDiff"
 )
 
 // SandboxServiceClient is a client for the dsec.sandbox.v1.SandboxService service.
@@ -155,6 +157,13 @@ type SandboxServiceClient interface {
 	// carries the header, the following ones the data. A bad archive (paths
 	// that escape, links out, devices) is refused before anything is written.
 	UploadTar(context.Context) *connect.ClientStreamForClient[v1.UploadTarRequest, v1.UploadTarResponse]
+	// PackDiff turns the sandbox's writable layer into a new EROFS layer and
+	// registers NAME:TAG as the sandbox's layers plus that one, with the
+	// config of the image it was created from. The sandbox is frozen while
+	// its writable layer is read, and runs on afterwards. A second pack of
+	// the same sandbox while one runs is Aborted; a pack of a sandbox being
+	// deleted is FailedPrecondition.
+	PackDiff(context.Context, *connect.Request[v1.PackDiffRequest]) (*connect.Response[v1.PackDiffResponse], error)
 }
 
 // NewSandboxServiceClient constructs a client for the dsec.sandbox.v1.SandboxService service. By
@@ -312,6 +321,12 @@ func NewSandboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sandboxServiceMethods.ByName("UploadTar")),
 			connect.WithClientOptions(opts...),
 		),
+		packDiff: connect.NewClient[v1.PackDiffRequest, v1.PackDiffResponse](
+			httpClient,
+			baseURL+SandboxServicePackDiffProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("PackDiff")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -341,6 +356,7 @@ type sandboxServiceClient struct {
 	rename       *connect.Client[v1.RenameRequest, v1.RenameResponse]
 	downloadTar  *connect.Client[v1.DownloadTarRequest, v1.DownloadTarResponse]
 	uploadTar    *connect.Client[v1.UploadTarRequest, v1.UploadTarResponse]
+	packDiff     *connect.Client[v1.PackDiffRequest, v1.PackDiffResponse]
 }
 
 // Create calls dsec.sandbox.v1.SandboxService.Create.
@@ -463,6 +479,11 @@ func (c *sandboxServiceClient) UploadTar(ctx context.Context) *connect.ClientStr
 	return c.uploadTar.CallClientStream(ctx)
 }
 
+// PackDiff calls dsec.sandbox.v1.SandboxService.PackDiff.
+func (c *sandboxServiceClient) PackDiff(ctx context.Context, req *connect.Request[v1.PackDiffRequest]) (*connect.Response[v1.PackDiffResponse], error) {
+	return c.packDiff.CallUnary(ctx, req)
+}
+
 // SandboxServiceHandler is an implementation of the dsec.sandbox.v1.SandboxService service.
 type SandboxServiceHandler interface {
 	// Create starts a sandbox from an image and returns once it runs.
@@ -522,6 +543,13 @@ type SandboxServiceHandler interface {
 	// carries the header, the following ones the data. A bad archive (paths
 	// that escape, links out, devices) is refused before anything is written.
 	UploadTar(context.Context, *connect.ClientStream[v1.UploadTarRequest]) (*connect.Response[v1.UploadTarResponse], error)
+	// PackDiff turns the sandbox's writable layer into a new EROFS layer and
+	// registers NAME:TAG as the sandbox's layers plus that one, with the
+	// config of the image it was created from. The sandbox is frozen while
+	// its writable layer is read, and runs on afterwards. A second pack of
+	// the same sandbox while one runs is Aborted; a pack of a sandbox being
+	// deleted is FailedPrecondition.
+	PackDiff(context.Context, *connect.Request[v1.PackDiffRequest]) (*connect.Response[v1.PackDiffResponse], error)
 }
 
 // NewSandboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -675,6 +703,12 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sandboxServiceMethods.ByName("UploadTar")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxServicePackDiffHandler := connect.NewUnaryHandler(
+		SandboxServicePackDiffProcedure,
+		svc.PackDiff,
+		connect.WithSchema(sandboxServiceMethods.ByName("PackDiff")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/dsec.sandbox.v1.SandboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxServiceCreateProcedure:
@@ -725,6 +759,8 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 			sandboxServiceDownloadTarHandler.ServeHTTP(w, r)
 		case SandboxServiceUploadTarProcedure:
 			sandboxServiceUploadTarHandler.ServeHTTP(w, r)
+		case SandboxServicePackDiffProcedure:
+			sandboxServicePackDiffHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -828,4 +864,8 @@ func (UnimplementedSandboxServiceHandler) DownloadTar(context.Context, *connect.
 
 func (UnimplementedSandboxServiceHandler) UploadTar(context.Context, *connect.ClientStream[v1.UploadTarRequest]) (*connect.Response[v1.UploadTarResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.UploadTar is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) PackDiff(context.Context, *connect.Request[v1.PackDiffRequest]) (*connect.Response[v1.PackDiffResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.PackDiff is not implemented"))
 }
