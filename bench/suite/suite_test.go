@@ -95,6 +95,8 @@ func TestComputeTargets(t *testing.T) {
 		{Name: "exec RTT p50: docker exec / dsec", Op: ">=", Want: 10, Note: "skipped: docker.io not installed"},
 		{Name: "burst creations/s: dsec / crun", Value: ptr(0.9), Op: ">=", Want: 0.8, Met: ptr(true), Note: "at dsec's best concurrency 8 the probes give 0.89"},
 		{Name: "burst creations/s: dsec / docker", Value: ptr(9.0), Op: ">=", Want: 15, Met: ptr(false)},
+		{Name: "burst creations/s: dsec BatchCreate / crun", Value: ptr(3.0), Op: ">=", Want: 0.8, Met: ptr(true)},
+		{Name: "burst creations/s: dsec BatchCreate / docker", Value: ptr(30.0), Op: ">=", Want: 15, Met: ptr(true)},
 		{Name: "idle memory per sandbox: dsec / crun", Value: ptr(3.0), Op: "<=", Want: 1.5, Met: ptr(false)},
 	}
 	got := computeTargets(r)
