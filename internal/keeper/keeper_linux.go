@@ -52,6 +52,8 @@ type Keeper struct {
 	mu sync.Mutex
 	// guarded by mu
 	boxes map[string]*box
+	// packing holds the sandboxes being packed (see pack_linux.go).
+	packing map[string]bool
 }
 
 // Run runs the keeper until ctx ends or a client asks it to shut down. It

@@ -102,6 +102,7 @@ func (k *Keeper) handler(stop func()) http.Handler {
 		evs, next := k.events.since(r.Context(), q.Get("cursor"), timeout)
 		reply(w, EventsReply{Events: evs, Cursor: next}, nil)
 	})
+	k.packRoutes(mux)
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		k.shutdown(context.WithoutCancel(r.Context()), r.URL.Query().Get("kill") == "1")
 		reply(w, nil, nil)

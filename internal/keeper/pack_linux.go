@@ -1,0 +1,173 @@
+package keeper
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/layer"
+)
+
+// packRoutes adds the pack endpoint: POST /v1/sandbox/pack with a
+// PackRequest; the reply's body is the layer, its headers say its digest,
+// names and how long the sandbox was frozen.
+func (k *Keeper) packRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/sandbox/pack", func(w http.ResponseWriter, r *http.Request) {
+		var req PackRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		f, info, frozen, err := k.pack(r.Context(), req)
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		defer f.Close()
+		h := w.Header()
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Content-Length", strconv.FormatInt(info.Size, 10))
+		h.Set(headerPackDigest, info.Digest)
+		h.Set(headerPackFiles, strconv.Itoa(info.Files))
+		h.Set(headerPackFrozen, strconv.FormatInt(int64(frozen), 10))
+		if _, err := io.Copy(w, f); err != nil {
+			k.log.Warn("send packed layer", "sandbox", req.Sandbox, "err", err)
+		}
+	})
+}
+
+// beginPack marks id as being packed, or fails when it is already.
+func (k *Keeper) beginPack(id string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.packing[id] {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition,
+			"sandbox %s is being packed by another call: wait for it to end, then pack again", id)
+	}
+	if k.packing == nil {
+		k.packing = map[string]bool{}
+	}
+	k.packing[id] = true
+	return nil
+}
+
+func (k *Keeper) endPack(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.packing, id)
+}
+
+// pack freezes the sandbox, builds a layer of its writable layer into an
+// unlinked temporary file and thaws it. The file is returned open at its
+// start; nothing of it is left on disk on any path.
+func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer.Info, frozen time.Duration, err error) {
+	if err := validID(req.Sandbox); err != nil {
+		return nil, layer.Info{}, 0, err
+	}
+	if _, err := layer.CleanScrub(req.Scrub); err != nil {
+		return nil, layer.Info{}, 0, err
+	}
+	b, err := k.lookup(req.Sandbox)
+	if err != nil {
+		return nil, layer.Info{}, 0, err
+	}
+	if err := k.beginPack(req.Sandbox); err != nil {
+		return nil, layer.Info{}, 0, err
+	}
+	defer k.endPack(req.Sandbox)
+	if err := packable(b); err != nil {
+		return nil, layer.Info{}, 0, err
+	}
+	// Delete, create and exec starts wait for the pack; checked again
+	// since a delete may have begun while we waited.
+	b.op.Lock()
+	defer b.op.Unlock()
+	if err := packable(b); err != nil {
+		return nil, layer.Info{}, 0, err
+	}
+	info := b.snapshot()
+	upper := boxPaths{dir: b.dir(k.l)}.upper()
+	if k.disk != nil && info.Disk != "" {
+		release, err := k.disk.Reach(info.Disk)
+		if err != nil {
+			return nil, layer.Info{}, 0, fmt.Errorf("reach the writable layer of sandbox %s: %w", req.Sandbox, err)
+		}
+		defer func() {
+			if rerr := release(); rerr != nil {
+				k.log.Warn("detach the writable layer again", "sandbox", req.Sandbox, "err", rerr)
+			}
+		}()
+		upper = k.disk.Dir(info.Disk).Upper
+	}
+
+	tmp, err := os.CreateTemp(k.l.RunDir(), "pack-*.erofs")
+	if err != nil {
+		return nil, layer.Info{}, 0, fmt.Errorf("pack: %w", err)
+	}
+	// Unlinked at once: the open file is all there is, and it goes with
+	// its last descriptor, whatever happens next.
+	if err := os.Remove(tmp.Name()); err != nil {
+		tmp.Close()
+		return nil, layer.Info{}, 0, fmt.Errorf("pack: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+		}
+	}()
+
+	slot := info.slot()
+	if err := k.cg.Freeze(ctx, slot); err != nil {
+		return nil, layer.Info{}, 0, fmt.Errorf("freeze sandbox %s: %w", req.Sandbox, err)
+	}
+	t0 := time.Now()
+	var thawOnce sync.Once
+	thaw := func() {
+		thawOnce.Do(func() {
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if terr := k.cg.Thaw(tctx, slot); terr != nil {
+				k.log.Error("thaw sandbox after pack", "sandbox", req.Sandbox, "err", terr)
+				if err == nil {
+					err = fmt.Errorf("thaw sandbox %s: %w", req.Sandbox, terr)
+				}
+			}
+			frozen = time.Since(t0)
+		})
+	}
+	defer thaw()
+	li, err := layer.BuildDiff(ctx, upper, tmp, layer.Diff{
+		HostID: k.cfg.IDMap.HostID, Size: k.cfg.IDMap.Size, Scrub: req.Scrub,
+	}, layer.Options{TempDir: k.l.RunDir()})
+	thaw()
+	if err != nil {
+		return nil, layer.Info{}, 0, fmt.Errorf("pack sandbox %s: %w", req.Sandbox, err)
+	}
+	if _, err = tmp.Seek(0, io.SeekStart); err != nil {
+		return nil, layer.Info{}, 0, fmt.Errorf("pack: %w", err)
+	}
+	return tmp, li, frozen, nil
+}
+
+// packable says why b cannot be packed now, if it cannot.
+func packable(b *box) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.deleting:
+		return errdefs.Newf(errdefs.ErrFailedPrecondition,
+			"sandbox %s is being deleted: pack a sandbox that runs, before deleting it", b.info.ID)
+	case b.info.State != sandbox.StateRunning:
+		return errdefs.Newf(errdefs.ErrFailedPrecondition,
+			"sandbox %s is %s, not running: only a running sandbox's writable layer can be packed", b.info.ID, b.info.State)
+	}
+	return nil
+}
+
