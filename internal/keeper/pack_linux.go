@@ -170,4 +170,3 @@ func packable(b *box) error {
 	}
 	return nil
 }
-
