@@ -28,6 +28,7 @@ func newImageCmd(g *globalFlags) *cobra.Command {
 latest by default).`,
 	}
 	cmd.AddCommand(newImageBuildCmd(g), newImageLsCmd(g))
+	cmd.AddCommand(newImageManageCmds(g)...)
 	return cmd
 }
 

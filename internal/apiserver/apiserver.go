@@ -54,6 +54,10 @@ type Config struct {
 type Server struct {
 	cfg Config
 	log *slog.Logger
+
+	// gcMu is held shared by layer uploads and exclusively by a garbage
+	// collection that removes layers (imagemanage.go).
+	gcMu sync.RWMutex
 }
 
 // New returns a server.

@@ -35,6 +35,8 @@ func (a *imageAPI) UploadLayer(ctx context.Context, stream *connect.ClientStream
 		return m.GetData(), m.GetHeader() == nil
 	})
 	r := &countingReader{r: data, limit: maxLayerBytes}
+	a.s.gcMu.RLock()
+	defer a.s.gcMu.RUnlock()
 	desc, err := a.s.cfg.Blobs.Put(ctx, r, h.GetDigest())
 	if err != nil {
 		return nil, err

@@ -214,6 +214,15 @@ func (s *Store) PutImage(ctx context.Context, img Image) error {
 	}
 	ref := img.Ref()
 	op := "put image " + ref.String()
+	// The layers the old image of this tag named are released (GC keeps
+	// them for its grace period, see gc.go).
+	if old, err := s.GetImage(ctx, ref); err == nil {
+		if err := s.releaseLayers(ctx, old.Layers); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	} else if !errdefs.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
 	rec := imageRecord{
 		Version: schemaVersion, Name: img.Name, Tag: img.Tag, Layers: img.Layers,
 		Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User,
@@ -284,10 +293,14 @@ func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
 }
 
 // DeleteImage removes the image ref names, or returns NotFound. Its layers
-// stay.
+// stay, released: GC removes them once unused and the grace period is over.
 func (s *Store) DeleteImage(ctx context.Context, ref Ref) error {
-	if err := ref.validate(); err != nil {
-		return errdefs.Newf(errdefs.ErrInvalidArgument, "invalid image reference %q: %v", ref, err)
+	old, err := s.GetImage(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if err := s.releaseLayers(ctx, old.Layers); err != nil {
+		return fmt.Errorf("delete image %s: %w", ref, err)
 	}
 	resp, err := s.c.Delete(ctx, s.imageKey(ref))
 	if err != nil {

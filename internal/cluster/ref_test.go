@@ -26,6 +26,11 @@ func TestParseRef(t *testing.T) {
 		// A ':' before a '/' is a registry port, not a tag.
 		{in: "localhost:5000/app", want: Ref{"localhost:5000/app", "latest"}},
 		{in: "localhost:5000/team/app:v2", want: Ref{"localhost:5000/team/app", "v2"}},
+		// Versioned layer and environment names (issue 6).
+		{in: "base/py310:3", want: Ref{"base/py310", "3"}},
+		{in: "ws/sphinx-9658:1", want: Ref{"ws/sphinx-9658", "1"}},
+		{in: "tk/harness:12", want: Ref{"tk/harness", "12"}},
+		{in: "ws/sphinx-9658", want: Ref{"ws/sphinx-9658", "latest"}},
 
 		{in: "", wantErr: true},
 		{in: ":v1", wantErr: true},
@@ -100,4 +105,23 @@ func FuzzParseRef(f *testing.F) {
 			t.Fatalf("ParseRef(%q) = %+v, %v, want %+v (round trip of %q)", r.String(), again, err, r, s)
 		}
 	})
+}
+
+func TestParseRefMessages(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"Base/py310:3", "lowercase letters and digits"},
+		{"base/py310:", "empty tag"},
+		{"tk/harness:-12", "not starting with '.' or '-'"},
+		{"ws//sphinx:1", "components joined by '/'"},
+		{"base/py310@sha256:00", "use NAME:TAG"},
+		{"", "give NAME or NAME:TAG"},
+	}
+	for _, tt := range tests {
+		_, err := ParseRef(tt.in)
+		if !errdefs.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) ||
+			(tt.in != "" && !strings.Contains(err.Error(), tt.in)) {
+			t.Errorf("ParseRef(%q) = %v, want InvalidArgument naming the input and saying %q", tt.in, err, tt.want)
+		}
+	}
 }

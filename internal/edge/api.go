@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/dsecproject/dsec/api/dsec/image/v1/imagev1connect"
 	nodev1 "github.com/dsecproject/dsec/api/dsec/node/v1"
 	"github.com/dsecproject/dsec/api/dsec/node/v1/nodev1connect"
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
@@ -36,6 +37,7 @@ func (e *Edge) Handler(token string) http.Handler {
 	opts := connect.WithInterceptors(errorInterceptor{})
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxAPI{e: e}, opts))
 	mux.Handle(nodev1connect.NewNodeServiceHandler(&nodeAPI{e: e}, opts))
+	mux.Handle(imagev1connect.NewLayerUseServiceHandler(&layerUseAPI{e: e}, opts))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get(HeaderNodeToken)
 		if token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
@@ -89,6 +91,12 @@ func CreateParamsOf(m *sandboxv1.CreateRequest) CreateParams {
 		Image: m.GetImage(), Labels: m.GetLabels(), Env: m.GetEnv(),
 		Workdir: m.GetWorkdir(), User: m.GetUser(), Backend: m.GetBackend(),
 		TTL: m.GetTtl().AsDuration(), IdleTTL: m.GetIdleTtl().AsDuration(),
+	}
+	if len(m.GetLayers()) > 0 {
+		p.Layers = m.GetLayers()
+	}
+	if c := m.GetLayerConfig(); c != nil {
+		p.LayerConfig = &ImageConfig{Env: c.GetEnv(), Workdir: c.GetWorkdir(), User: c.GetUser()}
 	}
 	if r := m.GetResources(); r != nil {
 		p.Resources = sandbox.Resources{MemoryBytes: r.GetMemoryBytes(), CPUs: r.GetCpus(), Pids: r.GetPids(), DiskBytes: r.GetDiskBytes()}

@@ -15,15 +15,19 @@ import (
 
 // CreateParams is a validated create request.
 type CreateParams struct {
-	Image     string
-	Labels    map[string]string
-	Resources sandbox.Resources
-	Env       map[string]string
-	Workdir   string
-	User      string
-	TTL       time.Duration
-	IdleTTL   time.Duration
-	Backend   string
+	Image string
+	// Layers, instead of Image, are layer digests (lowest first), run
+	// with LayerConfig.
+	Layers      []string     `json:",omitempty"`
+	LayerConfig *ImageConfig `json:",omitempty"`
+	Labels      map[string]string
+	Resources   sandbox.Resources
+	Env         map[string]string
+	Workdir     string
+	User        string
+	TTL         time.Duration
+	IdleTTL     time.Duration
+	Backend     string
 }
 
 var (
@@ -61,8 +65,13 @@ func validateEnv(env map[string]string) error {
 }
 
 func (e *Edge) normalize(p *CreateParams) error {
-	if p.Image == "" {
-		return errdefs.Newf(errdefs.ErrInvalidArgument, "no image: name one (see `dsec image ls`)")
+	switch {
+	case p.Image == "" && len(p.Layers) == 0:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "no image: name one (see `dsec image ls`) or give a list of layers")
+	case p.Image != "" && len(p.Layers) > 0:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "both an image and a list of layers: give one of them")
+	case p.LayerConfig != nil && len(p.Layers) == 0:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "a layer config without a list of layers: the image's config applies to an image")
 	}
 	if err := ValidateLabels(p.Labels); err != nil {
 		return err
@@ -181,7 +190,7 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 	if err != nil {
 		return nil, err
 	}
-	img, err := e.cfg.Images.Resolve(ctx, p.Image)
+	img, err := e.resolve(ctx, p)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/dsecproject/dsec/api/dsec/image/v1/imagev1connect"
 	"github.com/dsecproject/dsec/api/dsec/node/v1/nodev1connect"
 	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
 )
@@ -28,7 +29,9 @@ type Conn struct {
 	Addr    string
 	Sandbox sandboxv1connect.SandboxServiceClient
 	Node    nodev1connect.NodeServiceClient
-	http    *http.Client
+	// LayerUse lists the layers the node's sandboxes mount.
+	LayerUse imagev1connect.LayerUseServiceClient
+	http     *http.Client
 }
 
 // Close drops the connection's idle connections.
@@ -63,10 +66,11 @@ func Dial(addr, token string) (*Conn, error) {
 	hc := &http.Client{Transport: tr}
 	opt := connect.WithInterceptors(tokenInterceptor(token))
 	return &Conn{
-		Addr:    addr,
-		Sandbox: sandboxv1connect.NewSandboxServiceClient(hc, base, opt),
-		Node:    nodev1connect.NewNodeServiceClient(hc, base, opt),
-		http:    hc,
+		Addr:     addr,
+		Sandbox:  sandboxv1connect.NewSandboxServiceClient(hc, base, opt),
+		Node:     nodev1connect.NewNodeServiceClient(hc, base, opt),
+		LayerUse: imagev1connect.NewLayerUseServiceClient(hc, base, opt),
+		http:     hc,
 	}, nil
 }
 

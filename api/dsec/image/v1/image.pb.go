@@ -692,6 +692,975 @@ func (x *ListImagesResponse) GetImages() []*Image {
 	return nil
 }
 
+type DeleteImageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteImageRequest) Reset() {
+	*x = DeleteImageRequest{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteImageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteImageRequest) ProtoMessage() {}
+
+func (x *DeleteImageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteImageRequest.ProtoReflect.Descriptor instead.
+func (*DeleteImageRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeleteImageRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteImageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The image as it was.
+	Image         *Image `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteImageResponse) Reset() {
+	*x = DeleteImageResponse{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteImageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteImageResponse) ProtoMessage() {}
+
+func (x *DeleteImageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteImageResponse.ProtoReflect.Descriptor instead.
+func (*DeleteImageResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DeleteImageResponse) GetImage() *Image {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+type InspectImageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectImageRequest) Reset() {
+	*x = InspectImageRequest{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectImageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectImageRequest) ProtoMessage() {}
+
+func (x *InspectImageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectImageRequest.ProtoReflect.Descriptor instead.
+func (*InspectImageRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *InspectImageRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// LayerUsage is one layer with who references and uses it.
+type LayerUsage struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Layer     *Layer                 `protobuf:"bytes,1,opt,name=layer,proto3" json:"layer,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// NAME:TAG of the images whose layer lists name it.
+	Images []string `protobuf:"bytes,3,rep,name=images,proto3" json:"images,omitempty"`
+	// IDs of the live sandboxes (any state but deleted) that mount it.
+	Sandboxes     []string `protobuf:"bytes,4,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayerUsage) Reset() {
+	*x = LayerUsage{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayerUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayerUsage) ProtoMessage() {}
+
+func (x *LayerUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayerUsage.ProtoReflect.Descriptor instead.
+func (*LayerUsage) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *LayerUsage) GetLayer() *Layer {
+	if x != nil {
+		return x.Layer
+	}
+	return nil
+}
+
+func (x *LayerUsage) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *LayerUsage) GetImages() []string {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+func (x *LayerUsage) GetSandboxes() []string {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
+type InspectImageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Image *Image                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// In the order of image.layers.
+	Layers        []*LayerUsage `protobuf:"bytes,2,rep,name=layers,proto3" json:"layers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectImageResponse) Reset() {
+	*x = InspectImageResponse{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectImageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectImageResponse) ProtoMessage() {}
+
+func (x *InspectImageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectImageResponse.ProtoReflect.Descriptor instead.
+func (*InspectImageResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *InspectImageResponse) GetImage() *Image {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+func (x *InspectImageResponse) GetLayers() []*LayerUsage {
+	if x != nil {
+		return x.Layers
+	}
+	return nil
+}
+
+type GetLayerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digest        string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLayerRequest) Reset() {
+	*x = GetLayerRequest{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLayerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLayerRequest) ProtoMessage() {}
+
+func (x *GetLayerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLayerRequest.ProtoReflect.Descriptor instead.
+func (*GetLayerRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetLayerRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+type GetLayerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Layer         *Layer                 `protobuf:"bytes,1,opt,name=layer,proto3" json:"layer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLayerResponse) Reset() {
+	*x = GetLayerResponse{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLayerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLayerResponse) ProtoMessage() {}
+
+func (x *GetLayerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLayerResponse.ProtoReflect.Descriptor instead.
+func (*GetLayerResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetLayerResponse) GetLayer() *Layer {
+	if x != nil {
+		return x.Layer
+	}
+	return nil
+}
+
+type DownloadLayerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digest        string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadLayerRequest) Reset() {
+	*x = DownloadLayerRequest{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadLayerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadLayerRequest) ProtoMessage() {}
+
+func (x *DownloadLayerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadLayerRequest.ProtoReflect.Descriptor instead.
+func (*DownloadLayerRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DownloadLayerRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+type DownloadLayerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*DownloadLayerResponse_Layer
+	//	*DownloadLayerResponse_Data
+	Msg           isDownloadLayerResponse_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadLayerResponse) Reset() {
+	*x = DownloadLayerResponse{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadLayerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadLayerResponse) ProtoMessage() {}
+
+func (x *DownloadLayerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadLayerResponse.ProtoReflect.Descriptor instead.
+func (*DownloadLayerResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DownloadLayerResponse) GetMsg() isDownloadLayerResponse_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *DownloadLayerResponse) GetLayer() *Layer {
+	if x != nil {
+		if x, ok := x.Msg.(*DownloadLayerResponse_Layer); ok {
+			return x.Layer
+		}
+	}
+	return nil
+}
+
+func (x *DownloadLayerResponse) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*DownloadLayerResponse_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isDownloadLayerResponse_Msg interface {
+	isDownloadLayerResponse_Msg()
+}
+
+type DownloadLayerResponse_Layer struct {
+	Layer *Layer `protobuf:"bytes,1,opt,name=layer,proto3,oneof"`
+}
+
+type DownloadLayerResponse_Data struct {
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*DownloadLayerResponse_Layer) isDownloadLayerResponse_Msg() {}
+
+func (*DownloadLayerResponse_Data) isDownloadLayerResponse_Msg() {}
+
+type DiskUsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskUsageRequest) Reset() {
+	*x = DiskUsageRequest{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskUsageRequest) ProtoMessage() {}
+
+func (x *DiskUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskUsageRequest.ProtoReflect.Descriptor instead.
+func (*DiskUsageRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{21}
+}
+
+type DiskUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every stored layer, by digest.
+	Layers     []*LayerUsage `protobuf:"bytes,1,rep,name=layers,proto3" json:"layers,omitempty"`
+	LayerCount int64         `protobuf:"varint,2,opt,name=layer_count,json=layerCount,proto3" json:"layer_count,omitempty"`
+	// Sum of all layer sizes.
+	TotalBytes int64 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	// Layers referenced by two or more images, and their bytes.
+	SharedCount int64 `protobuf:"varint,4,opt,name=shared_count,json=sharedCount,proto3" json:"shared_count,omitempty"`
+	SharedBytes int64 `protobuf:"varint,5,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
+	// Layers referenced by exactly one image, and their bytes.
+	UniqueCount int64 `protobuf:"varint,6,opt,name=unique_count,json=uniqueCount,proto3" json:"unique_count,omitempty"`
+	UniqueBytes int64 `protobuf:"varint,7,opt,name=unique_bytes,json=uniqueBytes,proto3" json:"unique_bytes,omitempty"`
+	// Layers no image references but a sandbox uses, and their bytes.
+	UnreferencedInUseCount int64 `protobuf:"varint,8,opt,name=unreferenced_in_use_count,json=unreferencedInUseCount,proto3" json:"unreferenced_in_use_count,omitempty"`
+	UnreferencedInUseBytes int64 `protobuf:"varint,9,opt,name=unreferenced_in_use_bytes,json=unreferencedInUseBytes,proto3" json:"unreferenced_in_use_bytes,omitempty"`
+	// Layers no image references and no sandbox uses: what GarbageCollect
+	// with no grace period would remove.
+	ReclaimableCount int64 `protobuf:"varint,10,opt,name=reclaimable_count,json=reclaimableCount,proto3" json:"reclaimable_count,omitempty"`
+	ReclaimableBytes int64 `protobuf:"varint,11,opt,name=reclaimable_bytes,json=reclaimableBytes,proto3" json:"reclaimable_bytes,omitempty"`
+	ImageCount       int64 `protobuf:"varint,12,opt,name=image_count,json=imageCount,proto3" json:"image_count,omitempty"`
+	// Live sandboxes on all nodes.
+	SandboxCount  int64 `protobuf:"varint,13,opt,name=sandbox_count,json=sandboxCount,proto3" json:"sandbox_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskUsageResponse) Reset() {
+	*x = DiskUsageResponse{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskUsageResponse) ProtoMessage() {}
+
+func (x *DiskUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskUsageResponse.ProtoReflect.Descriptor instead.
+func (*DiskUsageResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DiskUsageResponse) GetLayers() []*LayerUsage {
+	if x != nil {
+		return x.Layers
+	}
+	return nil
+}
+
+func (x *DiskUsageResponse) GetLayerCount() int64 {
+	if x != nil {
+		return x.LayerCount
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetTotalBytes() int64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetSharedCount() int64 {
+	if x != nil {
+		return x.SharedCount
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetSharedBytes() int64 {
+	if x != nil {
+		return x.SharedBytes
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetUniqueCount() int64 {
+	if x != nil {
+		return x.UniqueCount
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetUniqueBytes() int64 {
+	if x != nil {
+		return x.UniqueBytes
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetUnreferencedInUseCount() int64 {
+	if x != nil {
+		return x.UnreferencedInUseCount
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetUnreferencedInUseBytes() int64 {
+	if x != nil {
+		return x.UnreferencedInUseBytes
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetReclaimableCount() int64 {
+	if x != nil {
+		return x.ReclaimableCount
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetReclaimableBytes() int64 {
+	if x != nil {
+		return x.ReclaimableBytes
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetImageCount() int64 {
+	if x != nil {
+		return x.ImageCount
+	}
+	return 0
+}
+
+func (x *DiskUsageResponse) GetSandboxCount() int64 {
+	if x != nil {
+		return x.SandboxCount
+	}
+	return 0
+}
+
+type GarbageCollectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Report what would be removed, remove nothing.
+	DryRun bool `protobuf:"varint,1,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Keep layers created, or released by a deleted or replaced image, less
+	// than this many seconds ago. Unset: the server's default (600). Below
+	// the time a create takes to mount its layers (2 minutes at most) a
+	// create racing the collection may fail.
+	GraceSeconds  *int64 `protobuf:"varint,2,opt,name=grace_seconds,json=graceSeconds,proto3,oneof" json:"grace_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GarbageCollectRequest) Reset() {
+	*x = GarbageCollectRequest{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GarbageCollectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GarbageCollectRequest) ProtoMessage() {}
+
+func (x *GarbageCollectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GarbageCollectRequest.ProtoReflect.Descriptor instead.
+func (*GarbageCollectRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GarbageCollectRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *GarbageCollectRequest) GetGraceSeconds() int64 {
+	if x != nil && x.GraceSeconds != nil {
+		return *x.GraceSeconds
+	}
+	return 0
+}
+
+type GarbageCollectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What was removed (or, with dry_run, would be).
+	Removed      []*Layer `protobuf:"bytes,1,rep,name=removed,proto3" json:"removed,omitempty"`
+	RemovedBytes int64    `protobuf:"varint,2,opt,name=removed_bytes,json=removedBytes,proto3" json:"removed_bytes,omitempty"`
+	// Unreferenced layers kept because they are in use or within the grace
+	// period, with the reason.
+	Kept          []*KeptLayer `protobuf:"bytes,3,rep,name=kept,proto3" json:"kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GarbageCollectResponse) Reset() {
+	*x = GarbageCollectResponse{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GarbageCollectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GarbageCollectResponse) ProtoMessage() {}
+
+func (x *GarbageCollectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GarbageCollectResponse.ProtoReflect.Descriptor instead.
+func (*GarbageCollectResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GarbageCollectResponse) GetRemoved() []*Layer {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+func (x *GarbageCollectResponse) GetRemovedBytes() int64 {
+	if x != nil {
+		return x.RemovedBytes
+	}
+	return 0
+}
+
+func (x *GarbageCollectResponse) GetKept() []*KeptLayer {
+	if x != nil {
+		return x.Kept
+	}
+	return nil
+}
+
+type KeptLayer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Layer         *Layer                 `protobuf:"bytes,1,opt,name=layer,proto3" json:"layer,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeptLayer) Reset() {
+	*x = KeptLayer{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeptLayer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeptLayer) ProtoMessage() {}
+
+func (x *KeptLayer) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeptLayer.ProtoReflect.Descriptor instead.
+func (*KeptLayer) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *KeptLayer) GetLayer() *Layer {
+	if x != nil {
+		return x.Layer
+	}
+	return nil
+}
+
+func (x *KeptLayer) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ListLayerUseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLayerUseRequest) Reset() {
+	*x = ListLayerUseRequest{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLayerUseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLayerUseRequest) ProtoMessage() {}
+
+func (x *ListLayerUseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLayerUseRequest.ProtoReflect.Descriptor instead.
+func (*ListLayerUseRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{26}
+}
+
+type ListLayerUseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Per sandbox on the node, the layers it mounts.
+	Sandboxes     []*SandboxLayers `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLayerUseResponse) Reset() {
+	*x = ListLayerUseResponse{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLayerUseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLayerUseResponse) ProtoMessage() {}
+
+func (x *ListLayerUseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLayerUseResponse.ProtoReflect.Descriptor instead.
+func (*ListLayerUseResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListLayerUseResponse) GetSandboxes() []*SandboxLayers {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
+type SandboxLayers struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId    string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	LayerDigests []string               `protobuf:"bytes,2,rep,name=layer_digests,json=layerDigests,proto3" json:"layer_digests,omitempty"`
+	// The sandbox's project: users see only their own project's IDs.
+	Project       string `protobuf:"bytes,3,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxLayers) Reset() {
+	*x = SandboxLayers{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxLayers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxLayers) ProtoMessage() {}
+
+func (x *SandboxLayers) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxLayers.ProtoReflect.Descriptor instead.
+func (*SandboxLayers) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SandboxLayers) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SandboxLayers) GetLayerDigests() []string {
+	if x != nil {
+		return x.LayerDigests
+	}
+	return nil
+}
+
+func (x *SandboxLayers) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
 var File_dsec_image_v1_image_proto protoreflect.FileDescriptor
 
 const file_dsec_image_v1_image_proto_rawDesc = "" +
@@ -738,13 +1707,85 @@ const file_dsec_image_v1_image_proto_rawDesc = "" +
 	"\x05image\x18\x01 \x01(\v2\x14.dsec.image.v1.ImageR\x05image\"\x13\n" +
 	"\x11ListImagesRequest\"B\n" +
 	"\x12ListImagesResponse\x12,\n" +
-	"\x06images\x18\x01 \x03(\v2\x14.dsec.image.v1.ImageR\x06images2\xdc\x02\n" +
+	"\x06images\x18\x01 \x03(\v2\x14.dsec.image.v1.ImageR\x06images\"(\n" +
+	"\x12DeleteImageRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
+	"\x13DeleteImageResponse\x12*\n" +
+	"\x05image\x18\x01 \x01(\v2\x14.dsec.image.v1.ImageR\x05image\")\n" +
+	"\x13InspectImageRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa9\x01\n" +
+	"\n" +
+	"LayerUsage\x12*\n" +
+	"\x05layer\x18\x01 \x01(\v2\x14.dsec.image.v1.LayerR\x05layer\x129\n" +
+	"\n" +
+	"created_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
+	"\x06images\x18\x03 \x03(\tR\x06images\x12\x1c\n" +
+	"\tsandboxes\x18\x04 \x03(\tR\tsandboxes\"u\n" +
+	"\x14InspectImageResponse\x12*\n" +
+	"\x05image\x18\x01 \x01(\v2\x14.dsec.image.v1.ImageR\x05image\x121\n" +
+	"\x06layers\x18\x02 \x03(\v2\x19.dsec.image.v1.LayerUsageR\x06layers\")\n" +
+	"\x0fGetLayerRequest\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\">\n" +
+	"\x10GetLayerResponse\x12*\n" +
+	"\x05layer\x18\x01 \x01(\v2\x14.dsec.image.v1.LayerR\x05layer\".\n" +
+	"\x14DownloadLayerRequest\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\"b\n" +
+	"\x15DownloadLayerResponse\x12,\n" +
+	"\x05layer\x18\x01 \x01(\v2\x14.dsec.image.v1.LayerH\x00R\x05layer\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x05\n" +
+	"\x03msg\"\x12\n" +
+	"\x10DiskUsageRequest\"\xaa\x04\n" +
+	"\x11DiskUsageResponse\x121\n" +
+	"\x06layers\x18\x01 \x03(\v2\x19.dsec.image.v1.LayerUsageR\x06layers\x12\x1f\n" +
+	"\vlayer_count\x18\x02 \x01(\x03R\n" +
+	"layerCount\x12\x1f\n" +
+	"\vtotal_bytes\x18\x03 \x01(\x03R\n" +
+	"totalBytes\x12!\n" +
+	"\fshared_count\x18\x04 \x01(\x03R\vsharedCount\x12!\n" +
+	"\fshared_bytes\x18\x05 \x01(\x03R\vsharedBytes\x12!\n" +
+	"\funique_count\x18\x06 \x01(\x03R\vuniqueCount\x12!\n" +
+	"\funique_bytes\x18\a \x01(\x03R\vuniqueBytes\x129\n" +
+	"\x19unreferenced_in_use_count\x18\b \x01(\x03R\x16unreferencedInUseCount\x129\n" +
+	"\x19unreferenced_in_use_bytes\x18\t \x01(\x03R\x16unreferencedInUseBytes\x12+\n" +
+	"\x11reclaimable_count\x18\n" +
+	" \x01(\x03R\x10reclaimableCount\x12+\n" +
+	"\x11reclaimable_bytes\x18\v \x01(\x03R\x10reclaimableBytes\x12\x1f\n" +
+	"\vimage_count\x18\f \x01(\x03R\n" +
+	"imageCount\x12#\n" +
+	"\rsandbox_count\x18\r \x01(\x03R\fsandboxCount\"l\n" +
+	"\x15GarbageCollectRequest\x12\x17\n" +
+	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x12(\n" +
+	"\rgrace_seconds\x18\x02 \x01(\x03H\x00R\fgraceSeconds\x88\x01\x01B\x10\n" +
+	"\x0e_grace_seconds\"\x9b\x01\n" +
+	"\x16GarbageCollectResponse\x12.\n" +
+	"\aremoved\x18\x01 \x03(\v2\x14.dsec.image.v1.LayerR\aremoved\x12#\n" +
+	"\rremoved_bytes\x18\x02 \x01(\x03R\fremovedBytes\x12,\n" +
+	"\x04kept\x18\x03 \x03(\v2\x18.dsec.image.v1.KeptLayerR\x04kept\"O\n" +
+	"\tKeptLayer\x12*\n" +
+	"\x05layer\x18\x01 \x01(\v2\x14.dsec.image.v1.LayerR\x05layer\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x15\n" +
+	"\x13ListLayerUseRequest\"R\n" +
+	"\x14ListLayerUseResponse\x12:\n" +
+	"\tsandboxes\x18\x01 \x03(\v2\x1c.dsec.image.v1.SandboxLayersR\tsandboxes\"m\n" +
+	"\rSandboxLayers\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12#\n" +
+	"\rlayer_digests\x18\x02 \x03(\tR\flayerDigests\x12\x18\n" +
+	"\aproject\x18\x03 \x01(\tR\aproject2\xe5\x06\n" +
 	"\fImageService\x12V\n" +
 	"\vUploadLayer\x12!.dsec.image.v1.UploadLayerRequest\x1a\".dsec.image.v1.UploadLayerResponse(\x01\x12T\n" +
 	"\vCreateImage\x12!.dsec.image.v1.CreateImageRequest\x1a\".dsec.image.v1.CreateImageResponse\x12K\n" +
 	"\bGetImage\x12\x1e.dsec.image.v1.GetImageRequest\x1a\x1f.dsec.image.v1.GetImageResponse\x12Q\n" +
 	"\n" +
-	"ListImages\x12 .dsec.image.v1.ListImagesRequest\x1a!.dsec.image.v1.ListImagesResponseB7Z5github.com/dsecproject/dsec/api/dsec/image/v1;imagev1b\x06proto3"
+	"ListImages\x12 .dsec.image.v1.ListImagesRequest\x1a!.dsec.image.v1.ListImagesResponse\x12T\n" +
+	"\vDeleteImage\x12!.dsec.image.v1.DeleteImageRequest\x1a\".dsec.image.v1.DeleteImageResponse\x12W\n" +
+	"\fInspectImage\x12\".dsec.image.v1.InspectImageRequest\x1a#.dsec.image.v1.InspectImageResponse\x12K\n" +
+	"\bGetLayer\x12\x1e.dsec.image.v1.GetLayerRequest\x1a\x1f.dsec.image.v1.GetLayerResponse\x12\\\n" +
+	"\rDownloadLayer\x12#.dsec.image.v1.DownloadLayerRequest\x1a$.dsec.image.v1.DownloadLayerResponse0\x01\x12N\n" +
+	"\tDiskUsage\x12\x1f.dsec.image.v1.DiskUsageRequest\x1a .dsec.image.v1.DiskUsageResponse\x12]\n" +
+	"\x0eGarbageCollect\x12$.dsec.image.v1.GarbageCollectRequest\x1a%.dsec.image.v1.GarbageCollectResponse2j\n" +
+	"\x0fLayerUseService\x12W\n" +
+	"\fListLayerUse\x12\".dsec.image.v1.ListLayerUseRequest\x1a#.dsec.image.v1.ListLayerUseResponseB7Z5github.com/dsecproject/dsec/api/dsec/image/v1;imagev1b\x06proto3"
 
 var (
 	file_dsec_image_v1_image_proto_rawDescOnce sync.Once
@@ -758,45 +1799,88 @@ func file_dsec_image_v1_image_proto_rawDescGZIP() []byte {
 	return file_dsec_image_v1_image_proto_rawDescData
 }
 
-var file_dsec_image_v1_image_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_dsec_image_v1_image_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_dsec_image_v1_image_proto_goTypes = []any{
-	(*Layer)(nil),                 // 0: dsec.image.v1.Layer
-	(*ImageConfig)(nil),           // 1: dsec.image.v1.ImageConfig
-	(*Image)(nil),                 // 2: dsec.image.v1.Image
-	(*UploadLayerHeader)(nil),     // 3: dsec.image.v1.UploadLayerHeader
-	(*UploadLayerRequest)(nil),    // 4: dsec.image.v1.UploadLayerRequest
-	(*UploadLayerResponse)(nil),   // 5: dsec.image.v1.UploadLayerResponse
-	(*CreateImageRequest)(nil),    // 6: dsec.image.v1.CreateImageRequest
-	(*CreateImageResponse)(nil),   // 7: dsec.image.v1.CreateImageResponse
-	(*GetImageRequest)(nil),       // 8: dsec.image.v1.GetImageRequest
-	(*GetImageResponse)(nil),      // 9: dsec.image.v1.GetImageResponse
-	(*ListImagesRequest)(nil),     // 10: dsec.image.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),    // 11: dsec.image.v1.ListImagesResponse
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*Layer)(nil),                  // 0: dsec.image.v1.Layer
+	(*ImageConfig)(nil),            // 1: dsec.image.v1.ImageConfig
+	(*Image)(nil),                  // 2: dsec.image.v1.Image
+	(*UploadLayerHeader)(nil),      // 3: dsec.image.v1.UploadLayerHeader
+	(*UploadLayerRequest)(nil),     // 4: dsec.image.v1.UploadLayerRequest
+	(*UploadLayerResponse)(nil),    // 5: dsec.image.v1.UploadLayerResponse
+	(*CreateImageRequest)(nil),     // 6: dsec.image.v1.CreateImageRequest
+	(*CreateImageResponse)(nil),    // 7: dsec.image.v1.CreateImageResponse
+	(*GetImageRequest)(nil),        // 8: dsec.image.v1.GetImageRequest
+	(*GetImageResponse)(nil),       // 9: dsec.image.v1.GetImageResponse
+	(*ListImagesRequest)(nil),      // 10: dsec.image.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),     // 11: dsec.image.v1.ListImagesResponse
+	(*DeleteImageRequest)(nil),     // 12: dsec.image.v1.DeleteImageRequest
+	(*DeleteImageResponse)(nil),    // 13: dsec.image.v1.DeleteImageResponse
+	(*InspectImageRequest)(nil),    // 14: dsec.image.v1.InspectImageRequest
+	(*LayerUsage)(nil),             // 15: dsec.image.v1.LayerUsage
+	(*InspectImageResponse)(nil),   // 16: dsec.image.v1.InspectImageResponse
+	(*GetLayerRequest)(nil),        // 17: dsec.image.v1.GetLayerRequest
+	(*GetLayerResponse)(nil),       // 18: dsec.image.v1.GetLayerResponse
+	(*DownloadLayerRequest)(nil),   // 19: dsec.image.v1.DownloadLayerRequest
+	(*DownloadLayerResponse)(nil),  // 20: dsec.image.v1.DownloadLayerResponse
+	(*DiskUsageRequest)(nil),       // 21: dsec.image.v1.DiskUsageRequest
+	(*DiskUsageResponse)(nil),      // 22: dsec.image.v1.DiskUsageResponse
+	(*GarbageCollectRequest)(nil),  // 23: dsec.image.v1.GarbageCollectRequest
+	(*GarbageCollectResponse)(nil), // 24: dsec.image.v1.GarbageCollectResponse
+	(*KeptLayer)(nil),              // 25: dsec.image.v1.KeptLayer
+	(*ListLayerUseRequest)(nil),    // 26: dsec.image.v1.ListLayerUseRequest
+	(*ListLayerUseResponse)(nil),   // 27: dsec.image.v1.ListLayerUseResponse
+	(*SandboxLayers)(nil),          // 28: dsec.image.v1.SandboxLayers
+	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
 }
 var file_dsec_image_v1_image_proto_depIdxs = []int32{
 	0,  // 0: dsec.image.v1.Image.layers:type_name -> dsec.image.v1.Layer
 	1,  // 1: dsec.image.v1.Image.config:type_name -> dsec.image.v1.ImageConfig
-	12, // 2: dsec.image.v1.Image.created_at:type_name -> google.protobuf.Timestamp
+	29, // 2: dsec.image.v1.Image.created_at:type_name -> google.protobuf.Timestamp
 	3,  // 3: dsec.image.v1.UploadLayerRequest.header:type_name -> dsec.image.v1.UploadLayerHeader
 	0,  // 4: dsec.image.v1.UploadLayerResponse.layer:type_name -> dsec.image.v1.Layer
 	1,  // 5: dsec.image.v1.CreateImageRequest.config:type_name -> dsec.image.v1.ImageConfig
 	2,  // 6: dsec.image.v1.CreateImageResponse.image:type_name -> dsec.image.v1.Image
 	2,  // 7: dsec.image.v1.GetImageResponse.image:type_name -> dsec.image.v1.Image
 	2,  // 8: dsec.image.v1.ListImagesResponse.images:type_name -> dsec.image.v1.Image
-	4,  // 9: dsec.image.v1.ImageService.UploadLayer:input_type -> dsec.image.v1.UploadLayerRequest
-	6,  // 10: dsec.image.v1.ImageService.CreateImage:input_type -> dsec.image.v1.CreateImageRequest
-	8,  // 11: dsec.image.v1.ImageService.GetImage:input_type -> dsec.image.v1.GetImageRequest
-	10, // 12: dsec.image.v1.ImageService.ListImages:input_type -> dsec.image.v1.ListImagesRequest
-	5,  // 13: dsec.image.v1.ImageService.UploadLayer:output_type -> dsec.image.v1.UploadLayerResponse
-	7,  // 14: dsec.image.v1.ImageService.CreateImage:output_type -> dsec.image.v1.CreateImageResponse
-	9,  // 15: dsec.image.v1.ImageService.GetImage:output_type -> dsec.image.v1.GetImageResponse
-	11, // 16: dsec.image.v1.ImageService.ListImages:output_type -> dsec.image.v1.ListImagesResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	2,  // 9: dsec.image.v1.DeleteImageResponse.image:type_name -> dsec.image.v1.Image
+	0,  // 10: dsec.image.v1.LayerUsage.layer:type_name -> dsec.image.v1.Layer
+	29, // 11: dsec.image.v1.LayerUsage.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 12: dsec.image.v1.InspectImageResponse.image:type_name -> dsec.image.v1.Image
+	15, // 13: dsec.image.v1.InspectImageResponse.layers:type_name -> dsec.image.v1.LayerUsage
+	0,  // 14: dsec.image.v1.GetLayerResponse.layer:type_name -> dsec.image.v1.Layer
+	0,  // 15: dsec.image.v1.DownloadLayerResponse.layer:type_name -> dsec.image.v1.Layer
+	15, // 16: dsec.image.v1.DiskUsageResponse.layers:type_name -> dsec.image.v1.LayerUsage
+	0,  // 17: dsec.image.v1.GarbageCollectResponse.removed:type_name -> dsec.image.v1.Layer
+	25, // 18: dsec.image.v1.GarbageCollectResponse.kept:type_name -> dsec.image.v1.KeptLayer
+	0,  // 19: dsec.image.v1.KeptLayer.layer:type_name -> dsec.image.v1.Layer
+	28, // 20: dsec.image.v1.ListLayerUseResponse.sandboxes:type_name -> dsec.image.v1.SandboxLayers
+	4,  // 21: dsec.image.v1.ImageService.UploadLayer:input_type -> dsec.image.v1.UploadLayerRequest
+	6,  // 22: dsec.image.v1.ImageService.CreateImage:input_type -> dsec.image.v1.CreateImageRequest
+	8,  // 23: dsec.image.v1.ImageService.GetImage:input_type -> dsec.image.v1.GetImageRequest
+	10, // 24: dsec.image.v1.ImageService.ListImages:input_type -> dsec.image.v1.ListImagesRequest
+	12, // 25: dsec.image.v1.ImageService.DeleteImage:input_type -> dsec.image.v1.DeleteImageRequest
+	14, // 26: dsec.image.v1.ImageService.InspectImage:input_type -> dsec.image.v1.InspectImageRequest
+	17, // 27: dsec.image.v1.ImageService.GetLayer:input_type -> dsec.image.v1.GetLayerRequest
+	19, // 28: dsec.image.v1.ImageService.DownloadLayer:input_type -> dsec.image.v1.DownloadLayerRequest
+	21, // 29: dsec.image.v1.ImageService.DiskUsage:input_type -> dsec.image.v1.DiskUsageRequest
+	23, // 30: dsec.image.v1.ImageService.GarbageCollect:input_type -> dsec.image.v1.GarbageCollectRequest
+	26, // 31: dsec.image.v1.LayerUseService.ListLayerUse:input_type -> dsec.image.v1.ListLayerUseRequest
+	5,  // 32: dsec.image.v1.ImageService.UploadLayer:output_type -> dsec.image.v1.UploadLayerResponse
+	7,  // 33: dsec.image.v1.ImageService.CreateImage:output_type -> dsec.image.v1.CreateImageResponse
+	9,  // 34: dsec.image.v1.ImageService.GetImage:output_type -> dsec.image.v1.GetImageResponse
+	11, // 35: dsec.image.v1.ImageService.ListImages:output_type -> dsec.image.v1.ListImagesResponse
+	13, // 36: dsec.image.v1.ImageService.DeleteImage:output_type -> dsec.image.v1.DeleteImageResponse
+	16, // 37: dsec.image.v1.ImageService.InspectImage:output_type -> dsec.image.v1.InspectImageResponse
+	18, // 38: dsec.image.v1.ImageService.GetLayer:output_type -> dsec.image.v1.GetLayerResponse
+	20, // 39: dsec.image.v1.ImageService.DownloadLayer:output_type -> dsec.image.v1.DownloadLayerResponse
+	22, // 40: dsec.image.v1.ImageService.DiskUsage:output_type -> dsec.image.v1.DiskUsageResponse
+	24, // 41: dsec.image.v1.ImageService.GarbageCollect:output_type -> dsec.image.v1.GarbageCollectResponse
+	27, // 42: dsec.image.v1.LayerUseService.ListLayerUse:output_type -> dsec.image.v1.ListLayerUseResponse
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_dsec_image_v1_image_proto_init() }
@@ -808,15 +1892,20 @@ func file_dsec_image_v1_image_proto_init() {
 		(*UploadLayerRequest_Header)(nil),
 		(*UploadLayerRequest_Data)(nil),
 	}
+	file_dsec_image_v1_image_proto_msgTypes[20].OneofWrappers = []any{
+		(*DownloadLayerResponse_Layer)(nil),
+		(*DownloadLayerResponse_Data)(nil),
+	}
+	file_dsec_image_v1_image_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsec_image_v1_image_proto_rawDesc), len(file_dsec_image_v1_image_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   29,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_dsec_image_v1_image_proto_goTypes,
 		DependencyIndexes: file_dsec_image_v1_image_proto_depIdxs,

@@ -24,6 +24,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// ImageServiceName is the fully-qualified name of the ImageService service.
 	ImageServiceName = "dsec.image.v1.ImageService"
+	// LayerUseServiceName is the fully-qualified name of the LayerUseService service.
+	LayerUseServiceName = "dsec.image.v1.LayerUseService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -44,6 +46,25 @@ const (
 	ImageServiceGetImageProcedure = "/dsec.image.v1.ImageService/GetImage"
 	// ImageServiceListImagesProcedure is the fully-qualified name of the ImageService's ListImages RPC.
 	ImageServiceListImagesProcedure = "/dsec.image.v1.ImageService/ListImages"
+	// ImageServiceDeleteImageProcedure is the fully-qualified name of the ImageService's DeleteImage
+	// RPC.
+	ImageServiceDeleteImageProcedure = "/dsec.image.v1.ImageService/DeleteImage"
+	// ImageServiceInspectImageProcedure is the fully-qualified name of the ImageService's InspectImage
+	// RPC.
+	ImageServiceInspectImageProcedure = "/dsec.image.v1.ImageService/InspectImage"
+	// ImageServiceGetLayerProcedure is the fully-qualified name of the ImageService's GetLayer RPC.
+	ImageServiceGetLayerProcedure = "/dsec.image.v1.ImageService/GetLayer"
+	// ImageServiceDownloadLayerProcedure is the fully-qualified name of the ImageService's
+	// DownloadLayer RPC.
+	ImageServiceDownloadLayerProcedure = "/dsec.image.v1.ImageService/DownloadLayer"
+	// ImageServiceDiskUsageProcedure is the fully-qualified name of the ImageService's DiskUsage RPC.
+	ImageServiceDiskUsageProcedure = "/dsec.image.v1.ImageService/DiskUsage"
+	// ImageServiceGarbageCollectProcedure is the fully-qualified name of the ImageService's
+	// GarbageCollect RPC.
+	ImageServiceGarbageCollectProcedure = "/dsec.image.v1.ImageService/GarbageCollect"
+	// LayerUseServiceListLayerUseProcedure is the fully-qualified name of the LayerUseService's
+	// ListLayerUse RPC.
+	LayerUseServiceListLayerUseProcedure = "/dsec.image.v1.LayerUseService/ListLayerUse"
 )
 
 // ImageServiceClient is a client for the dsec.image.v1.ImageService service.
@@ -56,6 +77,24 @@ type ImageServiceClient interface {
 	CreateImage(context.Context, *connect.Request[v1.CreateImageRequest]) (*connect.Response[v1.CreateImageResponse], error)
 	GetImage(context.Context, *connect.Request[v1.GetImageRequest]) (*connect.Response[v1.GetImageResponse], error)
 	ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error)
+	// DeleteImage removes NAME:TAG. Its layers stay until GarbageCollect
+	// finds them unreferenced and unused.
+	DeleteImage(context.Context, *connect.Request[v1.DeleteImageRequest]) (*connect.Response[v1.DeleteImageResponse], error)
+	// InspectImage returns an image with each layer's details, the images
+	// that share each layer and the sandboxes that use it.
+	InspectImage(context.Context, *connect.Request[v1.InspectImageRequest]) (*connect.Response[v1.InspectImageResponse], error)
+	// GetLayer returns a stored layer by digest, or NotFound.
+	GetLayer(context.Context, *connect.Request[v1.GetLayerRequest]) (*connect.Response[v1.GetLayerResponse], error)
+	// DownloadLayer streams a stored layer's bytes: the first message
+	// carries the layer, the following ones the data.
+	DownloadLayer(context.Context, *connect.Request[v1.DownloadLayerRequest]) (*connect.ServerStreamForClient[v1.DownloadLayerResponse], error)
+	// DiskUsage describes every stored layer: size, the images that
+	// reference it, the sandboxes that use it, and what GC could reclaim.
+	DiskUsage(context.Context, *connect.Request[v1.DiskUsageRequest]) (*connect.Response[v1.DiskUsageResponse], error)
+	// GarbageCollect removes the layers that no image references and no
+	// sandbox uses (admin keys only). Layers created or released by an image
+	// less than the grace period ago are kept.
+	GarbageCollect(context.Context, *connect.Request[v1.GarbageCollectRequest]) (*connect.Response[v1.GarbageCollectResponse], error)
 }
 
 // NewImageServiceClient constructs a client for the dsec.image.v1.ImageService service. By default,
@@ -93,15 +132,57 @@ func NewImageServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(imageServiceMethods.ByName("ListImages")),
 			connect.WithClientOptions(opts...),
 		),
+		deleteImage: connect.NewClient[v1.DeleteImageRequest, v1.DeleteImageResponse](
+			httpClient,
+			baseURL+ImageServiceDeleteImageProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("DeleteImage")),
+			connect.WithClientOptions(opts...),
+		),
+		inspectImage: connect.NewClient[v1.InspectImageRequest, v1.InspectImageResponse](
+			httpClient,
+			baseURL+ImageServiceInspectImageProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("InspectImage")),
+			connect.WithClientOptions(opts...),
+		),
+		getLayer: connect.NewClient[v1.GetLayerRequest, v1.GetLayerResponse](
+			httpClient,
+			baseURL+ImageServiceGetLayerProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("GetLayer")),
+			connect.WithClientOptions(opts...),
+		),
+		downloadLayer: connect.NewClient[v1.DownloadLayerRequest, v1.DownloadLayerResponse](
+			httpClient,
+			baseURL+ImageServiceDownloadLayerProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("DownloadLayer")),
+			connect.WithClientOptions(opts...),
+		),
+		diskUsage: connect.NewClient[v1.DiskUsageRequest, v1.DiskUsageResponse](
+			httpClient,
+			baseURL+ImageServiceDiskUsageProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("DiskUsage")),
+			connect.WithClientOptions(opts...),
+		),
+		garbageCollect: connect.NewClient[v1.GarbageCollectRequest, v1.GarbageCollectResponse](
+			httpClient,
+			baseURL+ImageServiceGarbageCollectProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("GarbageCollect")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // imageServiceClient implements ImageServiceClient.
 type imageServiceClient struct {
-	uploadLayer *connect.Client[v1.UploadLayerRequest, v1.UploadLayerResponse]
-	createImage *connect.Client[v1.CreateImageRequest, v1.CreateImageResponse]
-	getImage    *connect.Client[v1.GetImageRequest, v1.GetImageResponse]
-	listImages  *connect.Client[v1.ListImagesRequest, v1.ListImagesResponse]
+	uploadLayer    *connect.Client[v1.UploadLayerRequest, v1.UploadLayerResponse]
+	createImage    *connect.Client[v1.CreateImageRequest, v1.CreateImageResponse]
+	getImage       *connect.Client[v1.GetImageRequest, v1.GetImageResponse]
+	listImages     *connect.Client[v1.ListImagesRequest, v1.ListImagesResponse]
+	deleteImage    *connect.Client[v1.DeleteImageRequest, v1.DeleteImageResponse]
+	inspectImage   *connect.Client[v1.InspectImageRequest, v1.InspectImageResponse]
+	getLayer       *connect.Client[v1.GetLayerRequest, v1.GetLayerResponse]
+	downloadLayer  *connect.Client[v1.DownloadLayerRequest, v1.DownloadLayerResponse]
+	diskUsage      *connect.Client[v1.DiskUsageRequest, v1.DiskUsageResponse]
+	garbageCollect *connect.Client[v1.GarbageCollectRequest, v1.GarbageCollectResponse]
 }
 
 // UploadLayer calls dsec.image.v1.ImageService.UploadLayer.
@@ -124,6 +205,36 @@ func (c *imageServiceClient) ListImages(ctx context.Context, req *connect.Reques
 	return c.listImages.CallUnary(ctx, req)
 }
 
+// DeleteImage calls dsec.image.v1.ImageService.DeleteImage.
+func (c *imageServiceClient) DeleteImage(ctx context.Context, req *connect.Request[v1.DeleteImageRequest]) (*connect.Response[v1.DeleteImageResponse], error) {
+	return c.deleteImage.CallUnary(ctx, req)
+}
+
+// InspectImage calls dsec.image.v1.ImageService.InspectImage.
+func (c *imageServiceClient) InspectImage(ctx context.Context, req *connect.Request[v1.InspectImageRequest]) (*connect.Response[v1.InspectImageResponse], error) {
+	return c.inspectImage.CallUnary(ctx, req)
+}
+
+// GetLayer calls dsec.image.v1.ImageService.GetLayer.
+func (c *imageServiceClient) GetLayer(ctx context.Context, req *connect.Request[v1.GetLayerRequest]) (*connect.Response[v1.GetLayerResponse], error) {
+	return c.getLayer.CallUnary(ctx, req)
+}
+
+// DownloadLayer calls dsec.image.v1.ImageService.DownloadLayer.
+func (c *imageServiceClient) DownloadLayer(ctx context.Context, req *connect.Request[v1.DownloadLayerRequest]) (*connect.ServerStreamForClient[v1.DownloadLayerResponse], error) {
+	return c.downloadLayer.CallServerStream(ctx, req)
+}
+
+// DiskUsage calls dsec.image.v1.ImageService.DiskUsage.
+func (c *imageServiceClient) DiskUsage(ctx context.Context, req *connect.Request[v1.DiskUsageRequest]) (*connect.Response[v1.DiskUsageResponse], error) {
+	return c.diskUsage.CallUnary(ctx, req)
+}
+
+// GarbageCollect calls dsec.image.v1.ImageService.GarbageCollect.
+func (c *imageServiceClient) GarbageCollect(ctx context.Context, req *connect.Request[v1.GarbageCollectRequest]) (*connect.Response[v1.GarbageCollectResponse], error) {
+	return c.garbageCollect.CallUnary(ctx, req)
+}
+
 // ImageServiceHandler is an implementation of the dsec.image.v1.ImageService service.
 type ImageServiceHandler interface {
 	// UploadLayer stores an EROFS layer by digest: the first message carries
@@ -134,6 +245,24 @@ type ImageServiceHandler interface {
 	CreateImage(context.Context, *connect.Request[v1.CreateImageRequest]) (*connect.Response[v1.CreateImageResponse], error)
 	GetImage(context.Context, *connect.Request[v1.GetImageRequest]) (*connect.Response[v1.GetImageResponse], error)
 	ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error)
+	// DeleteImage removes NAME:TAG. Its layers stay until GarbageCollect
+	// finds them unreferenced and unused.
+	DeleteImage(context.Context, *connect.Request[v1.DeleteImageRequest]) (*connect.Response[v1.DeleteImageResponse], error)
+	// InspectImage returns an image with each layer's details, the images
+	// that share each layer and the sandboxes that use it.
+	InspectImage(context.Context, *connect.Request[v1.InspectImageRequest]) (*connect.Response[v1.InspectImageResponse], error)
+	// GetLayer returns a stored layer by digest, or NotFound.
+	GetLayer(context.Context, *connect.Request[v1.GetLayerRequest]) (*connect.Response[v1.GetLayerResponse], error)
+	// DownloadLayer streams a stored layer's bytes: the first message
+	// carries the layer, the following ones the data.
+	DownloadLayer(context.Context, *connect.Request[v1.DownloadLayerRequest], *connect.ServerStream[v1.DownloadLayerResponse]) error
+	// DiskUsage describes every stored layer: size, the images that
+	// reference it, the sandboxes that use it, and what GC could reclaim.
+	DiskUsage(context.Context, *connect.Request[v1.DiskUsageRequest]) (*connect.Response[v1.DiskUsageResponse], error)
+	// GarbageCollect removes the layers that no image references and no
+	// sandbox uses (admin keys only). Layers created or released by an image
+	// less than the grace period ago are kept.
+	GarbageCollect(context.Context, *connect.Request[v1.GarbageCollectRequest]) (*connect.Response[v1.GarbageCollectResponse], error)
 }
 
 // NewImageServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -167,6 +296,42 @@ func NewImageServiceHandler(svc ImageServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(imageServiceMethods.ByName("ListImages")),
 		connect.WithHandlerOptions(opts...),
 	)
+	imageServiceDeleteImageHandler := connect.NewUnaryHandler(
+		ImageServiceDeleteImageProcedure,
+		svc.DeleteImage,
+		connect.WithSchema(imageServiceMethods.ByName("DeleteImage")),
+		connect.WithHandlerOptions(opts...),
+	)
+	imageServiceInspectImageHandler := connect.NewUnaryHandler(
+		ImageServiceInspectImageProcedure,
+		svc.InspectImage,
+		connect.WithSchema(imageServiceMethods.ByName("InspectImage")),
+		connect.WithHandlerOptions(opts...),
+	)
+	imageServiceGetLayerHandler := connect.NewUnaryHandler(
+		ImageServiceGetLayerProcedure,
+		svc.GetLayer,
+		connect.WithSchema(imageServiceMethods.ByName("GetLayer")),
+		connect.WithHandlerOptions(opts...),
+	)
+	imageServiceDownloadLayerHandler := connect.NewServerStreamHandler(
+		ImageServiceDownloadLayerProcedure,
+		svc.DownloadLayer,
+		connect.WithSchema(imageServiceMethods.ByName("DownloadLayer")),
+		connect.WithHandlerOptions(opts...),
+	)
+	imageServiceDiskUsageHandler := connect.NewUnaryHandler(
+		ImageServiceDiskUsageProcedure,
+		svc.DiskUsage,
+		connect.WithSchema(imageServiceMethods.ByName("DiskUsage")),
+		connect.WithHandlerOptions(opts...),
+	)
+	imageServiceGarbageCollectHandler := connect.NewUnaryHandler(
+		ImageServiceGarbageCollectProcedure,
+		svc.GarbageCollect,
+		connect.WithSchema(imageServiceMethods.ByName("GarbageCollect")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/dsec.image.v1.ImageService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ImageServiceUploadLayerProcedure:
@@ -177,6 +342,18 @@ func NewImageServiceHandler(svc ImageServiceHandler, opts ...connect.HandlerOpti
 			imageServiceGetImageHandler.ServeHTTP(w, r)
 		case ImageServiceListImagesProcedure:
 			imageServiceListImagesHandler.ServeHTTP(w, r)
+		case ImageServiceDeleteImageProcedure:
+			imageServiceDeleteImageHandler.ServeHTTP(w, r)
+		case ImageServiceInspectImageProcedure:
+			imageServiceInspectImageHandler.ServeHTTP(w, r)
+		case ImageServiceGetLayerProcedure:
+			imageServiceGetLayerHandler.ServeHTTP(w, r)
+		case ImageServiceDownloadLayerProcedure:
+			imageServiceDownloadLayerHandler.ServeHTTP(w, r)
+		case ImageServiceDiskUsageProcedure:
+			imageServiceDiskUsageHandler.ServeHTTP(w, r)
+		case ImageServiceGarbageCollectProcedure:
+			imageServiceGarbageCollectHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -200,4 +377,98 @@ func (UnimplementedImageServiceHandler) GetImage(context.Context, *connect.Reque
 
 func (UnimplementedImageServiceHandler) ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.image.v1.ImageService.ListImages is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) DeleteImage(context.Context, *connect.Request[v1.DeleteImageRequest]) (*connect.Response[v1.DeleteImageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.image.v1.ImageService.DeleteImage is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) InspectImage(context.Context, *connect.Request[v1.InspectImageRequest]) (*connect.Response[v1.InspectImageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.image.v1.ImageService.InspectImage is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) GetLayer(context.Context, *connect.Request[v1.GetLayerRequest]) (*connect.Response[v1.GetLayerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.image.v1.ImageService.GetLayer is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) DownloadLayer(context.Context, *connect.Request[v1.DownloadLayerRequest], *connect.ServerStream[v1.DownloadLayerResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("dsec.image.v1.ImageService.DownloadLayer is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) DiskUsage(context.Context, *connect.Request[v1.DiskUsageRequest]) (*connect.Response[v1.DiskUsageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.image.v1.ImageService.DiskUsage is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) GarbageCollect(context.Context, *connect.Request[v1.GarbageCollectRequest]) (*connect.Response[v1.GarbageCollectResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.image.v1.ImageService.GarbageCollect is not implemented"))
+}
+
+// LayerUseServiceClient is a client for the dsec.image.v1.LayerUseService service.
+type LayerUseServiceClient interface {
+	ListLayerUse(context.Context, *connect.Request[v1.ListLayerUseRequest]) (*connect.Response[v1.ListLayerUseResponse], error)
+}
+
+// NewLayerUseServiceClient constructs a client for the dsec.image.v1.LayerUseService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewLayerUseServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) LayerUseServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	layerUseServiceMethods := v1.File_dsec_image_v1_image_proto.Services().ByName("LayerUseService").Methods()
+	return &layerUseServiceClient{
+		listLayerUse: connect.NewClient[v1.ListLayerUseRequest, v1.ListLayerUseResponse](
+			httpClient,
+			baseURL+LayerUseServiceListLayerUseProcedure,
+			connect.WithSchema(layerUseServiceMethods.ByName("ListLayerUse")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// layerUseServiceClient implements LayerUseServiceClient.
+type layerUseServiceClient struct {
+	listLayerUse *connect.Client[v1.ListLayerUseRequest, v1.ListLayerUseResponse]
+}
+
+// ListLayerUse calls dsec.image.v1.LayerUseService.ListLayerUse.
+func (c *layerUseServiceClient) ListLayerUse(ctx context.Context, req *connect.Request[v1.ListLayerUseRequest]) (*connect.Response[v1.ListLayerUseResponse], error) {
+	return c.listLayerUse.CallUnary(ctx, req)
+}
+
+// LayerUseServiceHandler is an implementation of the dsec.image.v1.LayerUseService service.
+type LayerUseServiceHandler interface {
+	ListLayerUse(context.Context, *connect.Request[v1.ListLayerUseRequest]) (*connect.Response[v1.ListLayerUseResponse], error)
+}
+
+// NewLayerUseServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewLayerUseServiceHandler(svc LayerUseServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	layerUseServiceMethods := v1.File_dsec_image_v1_image_proto.Services().ByName("LayerUseService").Methods()
+	layerUseServiceListLayerUseHandler := connect.NewUnaryHandler(
+		LayerUseServiceListLayerUseProcedure,
+		svc.ListLayerUse,
+		connect.WithSchema(layerUseServiceMethods.ByName("ListLayerUse")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/dsec.image.v1.LayerUseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case LayerUseServiceListLayerUseProcedure:
+			layerUseServiceListLayerUseHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedLayerUseServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedLayerUseServiceHandler struct{}
+
+func (UnimplementedLayerUseServiceHandler) ListLayerUse(context.Context, *connect.Request[v1.ListLayerUseRequest]) (*connect.Response[v1.ListLayerUseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.image.v1.LayerUseService.ListLayerUse is not implemented"))
 }
