@@ -27,7 +27,7 @@ func newImageCmd(g *globalFlags) *cobra.Command {
 		Long: `Images are ordered lists of read-only EROFS layers, named NAME[:TAG] (tag
 latest by default).`,
 	}
-	cmd.AddCommand(newImageBuildCmd(g), newImageLsCmd(g))
+	cmd.AddCommand(newImageBuildCmd(g), newImageLsCmd(g), newImageImportCmd(g))
 	cmd.AddCommand(newImageManageCmds(g)...)
 	return cmd
 }
