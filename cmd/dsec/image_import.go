@@ -221,4 +221,3 @@ func sizes(done, total int64) string {
 	}
 	return dsec.FormatSize(done) + "/" + dsec.FormatSize(total)
 }
-

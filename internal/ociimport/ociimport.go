@@ -293,4 +293,3 @@ func (c *countReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
-
