@@ -105,6 +105,7 @@ Start the platform on this machine with "dsec up -d", then:
 		newCpCmd(g),
 		newFsCmd(g),
 		newImageCmd(g),
+		newPackCmd(g),
 		newKeyCmd(g),
 		newEvalCmd(),
 		newDoctorCmd(g),

@@ -79,8 +79,13 @@ type Sandbox struct {
 // take the defaults of CONTRACT.md.
 type CreateOptions struct {
 	// Image is an image or environment, NAME[:TAG].
-	Image  string
-	Labels map[string]string
+	Image string
+	// Layers, instead of Image, is an explicit environment: layer digests
+	// ("sha256:<hex>"), lowest first, each a registered layer, run with
+	// LayerConfig.
+	Layers      []string
+	LayerConfig *LayerConfig
+	Labels      map[string]string
 	// Env is added to every exec's environment, on top of the image's.
 	Env map[string]string
 	// Memory limit in bytes (default 512 MiB); see ParseSize.
@@ -122,12 +127,14 @@ func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, erro
 
 // createRequest is opts on the wire.
 func createRequest(opts CreateOptions) (*sandboxv1.CreateRequest, error) {
-	if opts.Image == "" {
+	if opts.Image == "" && len(opts.Layers) == 0 {
 		return nil, newError(ErrInvalidArgument, "create: no image given (example: debian:12)")
 	}
 	return &sandboxv1.CreateRequest{
-		Image:  opts.Image,
-		Labels: opts.Labels,
+		Layers:      opts.Layers,
+		LayerConfig: opts.LayerConfig.proto(),
+		Image:       opts.Image,
+		Labels:      opts.Labels,
 		Resources: &sandboxv1.Resources{
 			MemoryBytes: opts.Memory,
 			Cpus:        opts.CPUs,
