@@ -417,4 +417,3 @@ func userXattrs(t *testing.T, p string) map[string]string {
 	}
 	return out
 }
-
