@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,18 +16,24 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/compression"
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
 
 	"github.com/dsecproject/dsec/internal/testenv"
 )
+
+// registryHandler is an in-process OCI registry.
+var registryHandler = registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 
 // imgEntry is one entry of a layer the test writes.
 type imgEntry struct {
@@ -187,6 +196,34 @@ func TestImportRoundTrip(t *testing.T) {
 	out, errOut, code = p.cli(t, "", "image", "import", "docker-archive:"+filepath.Join(work, "img.tar"), "imported:2")
 	if code != 0 || strings.TrimSpace(out) != "imported:2" || !strings.Contains(errOut, "0 uploaded, 3 already stored") {
 		t.Errorf("dsec image import docker-archive = %q, %q, exit %d; want 3 layers already stored", out, errOut, code)
+	}
+
+	// From a registry that wants a password: refused without it, then
+	// imported with --username and --password-stdin.
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, pw, ok := r.BasicAuth(); !ok || u != "ci" || pw != "s3cret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="e2e"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"log in"}]}`, http.StatusUnauthorized)
+			return
+		}
+		registryHandler.ServeHTTP(w, r)
+	}))
+	defer reg.Close()
+	regRef := strings.TrimPrefix(reg.URL, "http://") + "/rt/img:v1"
+	rref, err := name.ParseReference(regRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(rref, img, remote.WithAuth(&authn.Basic{Username: "ci", Password: "s3cret"})); err != nil {
+		t.Fatalf("push to the test registry: %v", err)
+	}
+	_, errOut, code = p.cli(t, "", "image", "import", "--insecure", "docker://"+regRef, "imported:3")
+	if code == 0 || !strings.Contains(errOut, "log in") {
+		t.Errorf("dsec image import without credentials = %q, exit %d; want a failure saying to log in", errOut, code)
+	}
+	out, errOut, code = p.cli(t, "s3cret\n", "image", "import", "--insecure", "--username", "ci", "--password-stdin", "docker://"+regRef, "imported:3")
+	if code != 0 || strings.TrimSpace(out) != "imported:3" || !strings.Contains(errOut, "3 already stored") {
+		t.Errorf("dsec image import from the registry = %q, %q, exit %d; want imported:3 with 3 layers already stored", out, errOut, code)
 	}
 
 	// Bad input through the CLI: a name that does not parse registers nothing.
