@@ -31,6 +31,7 @@ from .errors import (AlreadyExistsError, ArchiveError, CapabilityMissingError, D
 from .types import (BatchResult, DirListing, Event, ExecInfo, ExecResult, ExitStatus, FileInfo, Image,  # noqa: E402
                     ImageConfig, Key, Layer, OutputChunk, Resources, Stats, TarStats)
 from .config import Config, load_config  # noqa: E402
+from .pack import Pack  # noqa: E402
 from .sandbox import Process, Sandbox  # noqa: E402
 from .client import DSecClient, DSecContainerRunArgs, WatchStream, parse_size  # noqa: E402
 
@@ -42,4 +43,5 @@ __all__ = [
     "DSecError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError", "FailedPreconditionError",
     "ResourceExhaustedError", "DeadlineExceededError", "UnauthenticatedError", "PermissionDeniedError",
     "UnavailableError", "InternalError", "CapabilityMissingError", "ArchiveError",
+    "Pack",
 ]

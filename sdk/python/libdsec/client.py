@@ -150,8 +150,13 @@ def create_request(image: str, *, labels: Optional[Mapping[str, str]] = None,
                    cpus: Optional[float] = None, pids: Optional[int] = None, disk: Union[int, str, None] = None,
                    workdir: Optional[str] = None, user: Optional[str] = None,
                    ttl: Optional[_wire.Seconds] = None, idle_ttl: Optional[_wire.Seconds] = None,
-                   backend: Optional[str] = None, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
-    if not image or not isinstance(image, str):
+                   backend: Optional[str] = None, idempotency_key: Optional[str] = None,
+                   layers: Optional[Iterable[str]] = None,
+                   layer_config: Optional[ImageConfig] = None) -> Dict[str, Any]:
+    layer_list = _wire.string_list(layers or (), "layers")
+    if layer_list and image:
+        raise errors.InvalidArgumentError("create: give an image or a list of layers, not both")
+    if not layer_list and (not image or not isinstance(image, str)):
         raise errors.InvalidArgumentError("create: no image given (example: busybox or debian:12)")
     res: Dict[str, Any] = {}
     if memory:
@@ -164,7 +169,14 @@ def create_request(image: str, *, labels: Optional[Mapping[str, str]] = None,
         res["pids"] = str(int(pids))
     if disk:
         res["diskBytes"] = str(parse_size(disk))
-    msg: Dict[str, Any] = {"image": image, "resources": res}
+    msg: Dict[str, Any] = {"resources": res}
+    if layer_list:
+        msg["layers"] = layer_list
+        if layer_config is not None:
+            msg["layerConfig"] = {"env": list(layer_config.env), "workdir": layer_config.workdir,
+                                  "user": layer_config.user}
+    else:
+        msg["image"] = image
     if labels:
         msg["labels"] = _wire.string_map(labels, "labels")
     if env:
@@ -321,12 +333,13 @@ class DSecClient:
                                               % type(args).__name__)
         return await self._create(args._request(), timeout)
 
-    async def create(self, image: str, *, labels: Optional[Mapping[str, str]] = None,
+    async def create(self, image: str = "", *, labels: Optional[Mapping[str, str]] = None,
                      env: Optional[Mapping[str, str]] = None, memory: Union[int, str, None] = None,
                      cpus: Optional[float] = None, pids: Optional[int] = None, disk: Union[int, str, None] = None,
                      workdir: Optional[str] = None, user: Optional[str] = None,
                      ttl: Optional[_wire.Seconds] = None, idle_ttl: Optional[_wire.Seconds] = None,
                      backend: Optional[str] = None, idempotency_key: Optional[str] = None,
+                     layers: Optional[Iterable[str]] = None, layer_config: Optional[ImageConfig] = None,
                      timeout: Optional[float] = 120) -> Sandbox:
         """Create a sandbox from image and return it once it runs; the
         Go-style form of :meth:`run_container`.
@@ -335,11 +348,16 @@ class DSecClient:
             memory, disk: bytes, or sizes such as "512M" and "2G".
             cpus: CPU cap in cores.
             ttl, idle_ttl: seconds or timedelta.
+            layers: instead of image, an explicit environment: layer digests
+                ("sha256:<hex>"), lowest first, each a registered layer, run
+                with layer_config (an :class:`ImageConfig`; its env, workdir
+                and user are used).
             The rest: see :class:`DSecContainerRunArgs`.
         """
         return await self._create(create_request(
             image, labels=labels, env=env, memory=memory, cpus=cpus, pids=pids, disk=disk, workdir=workdir,
-            user=user, ttl=ttl, idle_ttl=idle_ttl, backend=backend, idempotency_key=idempotency_key), timeout)
+            user=user, ttl=ttl, idle_ttl=idle_ttl, backend=backend, idempotency_key=idempotency_key,
+            layers=layers, layer_config=layer_config), timeout)
 
     async def _create(self, req: Dict[str, Any], timeout: Optional[float]) -> Sandbox:
         t = self._transport()

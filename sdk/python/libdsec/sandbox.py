@@ -10,6 +10,7 @@ from typing import (TYPE_CHECKING, Any, AsyncIterator, Dict, Iterable, List, Map
 
 from . import _tar, _wire, errors
 from ._transport import NoRetry, ServerStream, Transport
+from .pack import Pack
 from .types import (DirListing, ExecInfo, ExecResult, ExitStatus, FileInfo, OutputChunk, Resources, Stats,
                     TarStats)
 
@@ -168,6 +169,29 @@ class Sandbox:
         """Report the sandbox's resource use and limits."""
         resp = await self._t.unary(_SVC + "Stats", {"id": self.id}, timeout=self._timeout(timeout), safe=True)
         return Stats._from_json(resp)
+
+    async def pack_diff(self, name: str, *, scrub: Iterable[str] = (), timeout: Optional[float] = 600) -> Pack:
+        """Pack the sandbox's changes into a new environment (pack_diff).
+
+        The sandbox's writable layer becomes a new read-only layer, and name
+        (NAME[:TAG]) is registered as the sandbox's environment plus that
+        layer, with the config of the image the sandbox was made from.
+        Sandboxes created from name see the files as this one has them:
+        deleted files stay deleted, replaced directories stay replaced,
+        owners and modes are kept. ``scrub`` lists absolute paths left out
+        of the new layer (the new environment shows them as this sandbox's
+        environment had them). The sandbox is frozen while its writable
+        layer is read, then runs on.
+
+        Raises FailedPreconditionError while another pack of the sandbox
+        runs or when it is being deleted, NotFoundError once it is deleted.
+        """
+        if not name or not isinstance(name, str):
+            raise errors.InvalidArgumentError("pack: no name given for the new environment (example: myenv:1)")
+        paths = _wire.string_list([scrub] if isinstance(scrub, str) else scrub, "scrub")
+        resp = await self._t.unary(_SVC + "PackDiff", {"sandboxId": self.id, "name": name, "scrub": paths},
+                                   timeout=self._timeout(timeout), safe=False)
+        return Pack._from_json(resp)
 
     # --- commands ---------------------------------------------------------
 
