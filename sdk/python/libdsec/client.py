@@ -11,6 +11,7 @@ from ._transport import NoRetry, ServerStream, Transport
 from .config import Config, load_config
 from .sandbox import Sandbox, Source, _chunks
 from .types import BatchResult, Event, Image, ImageConfig, Key, Layer
+from .types import DiskUsage, GCResult, ImageDetails, LayerUsage
 
 __all__ = ["DSecClient", "DSecContainerRunArgs", "WatchStream", "parse_size", "MAX_BATCH"]
 
@@ -506,6 +507,42 @@ class DSecClient:
         lay = resp.get("layer") or {}
         return Layer(digest=lay.get("digest", ""), size=_wire.to_int(lay.get("size")),
                      media_type=lay.get("mediaType", ""))
+
+    async def delete_image(self, name: str, *, timeout: Optional[float] = None) -> Image:
+        """Remove the image called name (NAME[:TAG]) and return it as it
+        was. Its layers stay until garbage_collect finds them unused."""
+        resp = await self._transport().unary(_IMG + "DeleteImage", {"name": name},
+                                             timeout=self._call_timeout(timeout), safe=False)
+        return Image._from_json(resp.get("image") or {})
+
+    async def inspect_image(self, name: str, *, timeout: Optional[float] = None) -> ImageDetails:
+        """Return the image called name with, per layer, the images that
+        share it and the sandboxes that use it."""
+        resp = await self._transport().unary(_IMG + "InspectImage", {"name": name},
+                                             timeout=self._call_timeout(timeout), safe=True)
+        return ImageDetails(image=Image._from_json(resp.get("image") or {}),
+                            layers=[LayerUsage._from_json(u) for u in resp.get("layers") or []])
+
+    async def disk_usage(self, *, timeout: Optional[float] = None) -> DiskUsage:
+        """Describe the layer store: every layer, and sums of shared,
+        unique, unreferenced-but-used and reclaimable layers."""
+        resp = await self._transport().unary(_IMG + "DiskUsage", {}, timeout=self._call_timeout(timeout), safe=True)
+        return DiskUsage._from_json(resp)
+
+    async def garbage_collect(self, *, dry_run: bool = False, grace_seconds: Optional[float] = None,
+                              timeout: Optional[float] = None) -> GCResult:
+        """Remove the layers no image references and no sandbox uses
+        (admin keys only). Layers created or released by an image less
+        than grace_seconds ago (default: the server's, 10 minutes) are
+        kept. With dry_run, report what would go and remove nothing."""
+        msg: Dict[str, Any] = {"dryRun": bool(dry_run)}
+        if grace_seconds is not None:
+            if grace_seconds < 0:
+                raise errors.InvalidArgumentError("garbage_collect: grace_seconds %r is negative" % (grace_seconds,))
+            msg["graceSeconds"] = str(int(grace_seconds))
+        resp = await self._transport().unary(_IMG + "GarbageCollect", msg, timeout=self._call_timeout(timeout),
+                                             safe=bool(dry_run))
+        return GCResult._from_json(resp)
 
     # --- keys -------------------------------------------------------------
 

@@ -397,3 +397,91 @@ class Key:
         m = m or {}
         return cls(id=m.get("id", ""), name=m.get("name", ""), project=m.get("project", ""),
                    admin=bool(m.get("admin")), created_at=_wire.parse_timestamp(m.get("createdAt")))
+
+
+def _layer_from_json(m: Mapping[str, Any]) -> Layer:
+    return Layer(digest=m.get("digest", ""), size=_wire.to_int(m.get("size")), media_type=m.get("mediaType", ""))
+
+
+@dataclasses.dataclass
+class LayerUsage:
+    """A stored layer with the images (NAME:TAG) whose layer lists name it
+    and the live sandboxes that mount it (IDs of the caller's project; every
+    project for an admin key)."""
+
+    layer: Layer
+    created_at: Optional[datetime.datetime] = None
+    images: List[str] = dataclasses.field(default_factory=list)
+    sandboxes: List[str] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def _from_json(cls, m: Mapping[str, Any]) -> "LayerUsage":
+        return cls(layer=_layer_from_json(m.get("layer") or {}), created_at=_wire.parse_timestamp(m.get("createdAt")),
+                   images=list(m.get("images") or []), sandboxes=list(m.get("sandboxes") or []))
+
+
+@dataclasses.dataclass
+class ImageDetails:
+    """An image with the usage of each of its layers, in the image's order."""
+
+    image: Image
+    layers: List[LayerUsage] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class DiskUsage:
+    """The layer store in sums: every layer is exactly one of shared (2+
+    images), unique (1 image), unreferenced but in use by a sandbox, or
+    reclaimable (what garbage_collect with no grace period removes)."""
+
+    layers: List[LayerUsage]
+    layer_count: int = 0
+    total_bytes: int = 0
+    shared_count: int = 0
+    shared_bytes: int = 0
+    unique_count: int = 0
+    unique_bytes: int = 0
+    unreferenced_in_use_count: int = 0
+    unreferenced_in_use_bytes: int = 0
+    reclaimable_count: int = 0
+    reclaimable_bytes: int = 0
+    image_count: int = 0
+    sandbox_count: int = 0
+
+    @classmethod
+    def _from_json(cls, m: Mapping[str, Any]) -> "DiskUsage":
+        names = ("layer_count", "total_bytes", "shared_count", "shared_bytes", "unique_count", "unique_bytes",
+                 "unreferenced_in_use_count", "unreferenced_in_use_bytes", "reclaimable_count",
+                 "reclaimable_bytes", "image_count", "sandbox_count")
+
+        def camel(s: str) -> str:
+            first, *rest = s.split("_")
+            return first + "".join(w.title() for w in rest)
+
+        return cls(layers=[LayerUsage._from_json(u) for u in m.get("layers") or []],
+                   **{n: _wire.to_int(m.get(camel(n))) for n in names})
+
+
+@dataclasses.dataclass
+class KeptLayer:
+    """An unreferenced layer garbage_collect kept, and why."""
+
+    layer: Layer
+    reason: str = ""
+
+
+@dataclasses.dataclass
+class GCResult:
+    """What garbage_collect removed (or, dry, would remove), and the
+    unreferenced layers it kept."""
+
+    removed: List[Layer] = dataclasses.field(default_factory=list)
+    removed_bytes: int = 0
+    kept: List[KeptLayer] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def _from_json(cls, m: Mapping[str, Any]) -> "GCResult":
+        return cls(removed=[_layer_from_json(x) for x in m.get("removed") or []],
+                   removed_bytes=_wire.to_int(m.get("removedBytes")),
+                   kept=[KeptLayer(_layer_from_json(k.get("layer") or {}), k.get("reason", ""))
+                         for k in m.get("kept") or []])
