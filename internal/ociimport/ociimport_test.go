@@ -356,11 +356,30 @@ func TestImportLayout(t *testing.T) {
 	if err := p.AppendImage(testImage(t, "amd64"), layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "v1"})); err != nil {
 		t.Fatal(err)
 	}
+	// A multi-platform index, as docker buildx writes one.
+	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: testImage(t, "arm64"), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+		mutate.IndexAddendum{Add: testImage(t, "amd64"), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+	)
+	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "multi"})); err != nil {
+		t.Fatal(err)
+	}
 	store := newMemStore()
 	if _, err := importIt(t, "oci-layout:"+dir+":v1", store, Options{}); err != nil {
 		t.Fatalf("Import(layout) = %v", err)
 	}
 	checkImported(t, store, "amd64")
+	for _, arch := range []string{"arm64", "amd64"} {
+		store := newMemStore()
+		if _, err := importIt(t, "oci-layout:"+dir+":multi", store, Options{Platform: "linux/" + arch}); err != nil {
+			t.Fatalf("Import(layout index, %s) = %v", arch, err)
+		}
+		checkImported(t, store, arch)
+	}
+	_, err = importIt(t, "oci-layout:"+dir, store, Options{})
+	if !errdefs.Is(err, errdefs.ErrInvalidArgument) && !errdefs.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "multi") {
+		t.Errorf("Import(layout of several images, no ref) = %v, want an error listing the refs", err)
+	}
 	_, err = importIt(t, "oci-layout:"+dir+":nope", store, Options{})
 	if !errdefs.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "other") {
 		t.Errorf("Import(unknown ref) = %v, want NotFound listing the refs", err)
