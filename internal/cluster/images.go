@@ -295,19 +295,38 @@ func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
 // DeleteImage removes the image ref names, or returns NotFound. Its layers
 // stay, released: GC removes them once unused and the grace period is over.
 func (s *Store) DeleteImage(ctx context.Context, ref Ref) error {
-	old, err := s.GetImage(ctx, ref)
-	if err != nil {
-		return err
+	if err := ref.validate(); err != nil {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "invalid image reference %q: %v", ref, err)
 	}
-	if err := s.releaseLayers(ctx, old.Layers); err != nil {
-		return fmt.Errorf("delete image %s: %w", ref, err)
+	op := "delete image " + ref.String()
+	key := s.imageKey(ref)
+	// Delete the version whose layers were released; a write in between
+	// (the tag moved to other layers) makes us release those too.
+	for range 5 {
+		resp, err := s.c.Get(ctx, key)
+		if err != nil {
+			return storeErr(op, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return imageNotFound(ref)
+		}
+		var rec imageRecord
+		if err := decode(key, resp.Kvs[0].Value, &rec); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if err := s.releaseLayers(ctx, rec.Layers); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		txn, err := s.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+		if err != nil {
+			return storeErr(op, err)
+		}
+		if txn.Succeeded {
+			return nil
+		}
 	}
-	resp, err := s.c.Delete(ctx, s.imageKey(ref))
-	if err != nil {
-		return storeErr("delete image "+ref.String(), err)
-	}
-	if resp.Deleted == 0 {
-		return imageNotFound(ref)
-	}
-	return nil
+	return errdefs.Newf(errdefs.ErrUnavailable, "%s: the image keeps changing; retry", op)
 }
