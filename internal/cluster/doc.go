@@ -20,4 +20,9 @@
 //   - An image is written only in a transaction that checks every layer it
 //     names exists.
 //   - Only the SHA-256 of an API key's secret is stored.
+//   - A layer record is deleted (DeleteLayer, for GC) only in a transaction
+//     that fails when any image was written after the revision at which no
+//     image named it; layers an image stops naming (deleted or re-tagged) are
+//     marked released first, so GC can keep them for its grace period. The
+//     caller checks the nodes' sandboxes (see gc.go for the whole rule).
 package cluster
