@@ -49,26 +49,28 @@ func (f *FS) Reach(name string) (release func() error, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("stat disk quota image: %w", err)
 	}
-	bound, err := boundLoops()
+	// The device the image was mounted through, when this FS mounted it;
+	// else a scan of every loop device (slow on hosts with thousands).
+	f.mu.Lock()
+	loop := f.loops[name]
+	f.mu.Unlock()
+	dev, err := openLoopOf(loop, st)
 	if err != nil {
-		return nil, err
-	}
-	loop, ok := bound[fileID{uint64(st.Dev), st.Ino}]
-	if !ok {
-		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition,
-			"disk quota directory %s is mounted nowhere (its image has no loop device): nothing uses it", name)
-	}
-	dev, err := os.OpenFile("/dev/"+loop, os.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", loop, err)
+		bound, berr := boundLoops()
+		if berr != nil {
+			return nil, berr
+		}
+		var ok bool
+		if loop, ok = bound[fileID{uint64(st.Dev), st.Ino}]; !ok {
+			return nil, errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"disk quota directory %s is mounted nowhere (its image has no loop device): nothing uses it", name)
+		}
+		if dev, err = openLoopOf(loop, st); err != nil {
+			return nil, errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"disk quota directory %s: its loop device %s was released meanwhile: nothing uses it", name, loop)
+		}
 	}
 	defer dev.Close()
-	// Opened, the device cannot unbind itself; check it did not before.
-	info, err := unix.IoctlLoopGetStatus64(int(dev.Fd()))
-	if err != nil || info.Device != uint64(st.Dev) || info.Inode != st.Ino {
-		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition,
-			"disk quota directory %s: its loop device %s was released meanwhile: nothing uses it", name, loop)
-	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("create mount point: %w", err)
 	}
@@ -82,4 +84,22 @@ func (f *FS) Reach(name string) (release func() error, err error) {
 		return nil, fmt.Errorf("mount %s (%s) at %s again: %w", image, dev.Name(), dir, err)
 	}
 	return func() error { return unmount(dir) }, nil
+}
+
+// openLoopOf opens the loop device loop (loopN) if it is bound to the file
+// st describes. Opened, the device cannot unbind itself.
+func openLoopOf(loop string, st unix.Stat_t) (*os.File, error) {
+	if loop == "" {
+		return nil, os.ErrNotExist
+	}
+	dev, err := os.OpenFile("/dev/"+loop, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	info, err := unix.IoctlLoopGetStatus64(int(dev.Fd()))
+	if err != nil || info.Device != uint64(st.Dev) || info.Inode != st.Ino {
+		dev.Close()
+		return nil, fmt.Errorf("%s is not bound to the image", loop)
+	}
+	return dev, nil
 }

@@ -114,11 +114,13 @@ func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, scr
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "the %s backend cannot pack sandboxes", r.Backend)
 	}
 	e.touch(id)
+	t0 := time.Now()
 	p, err := pk.PackDiff(ctx, id, scrub)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Body.Close()
+	tPacked := time.Now()
 	layers := make([]string, 0, len(r.Layers)+1)
 	for _, l := range r.Layers {
 		layers = append(layers, l.Digest)
@@ -136,6 +138,7 @@ func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, scr
 	if err := ls.StoreLayer(ctx, p.Digest, p.Size, p.Body); err != nil {
 		return nil, fmt.Errorf("store the packed layer: %w", err)
 	}
+	tStored := time.Now()
 	cfg := ImageConfig{Env: r.ImageEnv, Workdir: r.Workdir, User: r.User}
 	if r.Image != "" {
 		switch c, err := ls.ImageConfig(ctx, r.Image); {
@@ -148,6 +151,8 @@ func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, scr
 	if err := ls.PutImage(ctx, ref, layers, cfg); err != nil {
 		return nil, err
 	}
+	e.log.Debug("pack phases", "sandbox", id, "image", ref, "keeper_ms", ms(tPacked.Sub(t0)), "frozen_ms", ms(p.Frozen),
+		"store_ms", ms(tStored.Sub(tPacked)), "register_ms", ms(time.Since(tStored)))
 	e.touch(id)
 	res := &PackResult{Image: ref, Layer: *p, Layers: layers, Frozen: p.Frozen}
 	res.Layer.Body = nil

@@ -92,6 +92,8 @@ func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer
 	if err := packable(b); err != nil {
 		return nil, layer.Info{}, 0, err
 	}
+	tm := newPhases()
+	defer func() { k.log.Debug("pack phases", "sandbox", req.Sandbox, "ms", tm.String()) }()
 	info := b.snapshot()
 	upper := boxPaths{dir: b.dir(k.l)}.upper()
 	if k.disk != nil && info.Disk != "" {
@@ -103,9 +105,11 @@ func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer
 			if rerr := release(); rerr != nil {
 				k.log.Warn("detach the writable layer again", "sandbox", req.Sandbox, "err", rerr)
 			}
+			tm.mark("detach")
 		}()
 		upper = k.disk.Dir(info.Disk).Upper
 	}
+	tm.mark("reach")
 
 	tmp, err := os.CreateTemp(k.l.RunDir(), "pack-*.erofs")
 	if err != nil {
@@ -127,6 +131,7 @@ func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer
 	if err := k.cg.Freeze(ctx, slot); err != nil {
 		return nil, layer.Info{}, 0, fmt.Errorf("freeze sandbox %s: %w", req.Sandbox, err)
 	}
+	tm.mark("freeze")
 	t0 := time.Now()
 	var thawOnce sync.Once
 	thaw := func() {
@@ -146,7 +151,9 @@ func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer
 	li, err := layer.BuildDiff(ctx, upper, tmp, layer.Diff{
 		HostID: k.cfg.IDMap.HostID, Size: k.cfg.IDMap.Size, Scrub: req.Scrub,
 	}, layer.Options{TempDir: k.l.RunDir()})
+	tm.mark("build")
 	thaw()
+	tm.mark("thaw")
 	if err != nil {
 		return nil, layer.Info{}, 0, fmt.Errorf("pack sandbox %s: %w", req.Sandbox, err)
 	}
