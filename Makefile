@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -linkmode external -extldflags -static
 TAGS    := netgo,osusergo
 
-.PHONY: help build test test-root test-all lint fmt gen check-gen bench density bench-fusion clean
+.PHONY: help build test test-root test-all lint fmt gen check-gen bench density bench-fusion bench-pack clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -51,6 +51,12 @@ density: build ## density drill: 3,200 idle sandboxes, exec in each, none lost, 
 
 bench-fusion: build ## SandboxFusion run_code: HumanEval problems/s at concurrency 1, 2, 4, 8 (JSON, table)
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/fusion -json bin/bench-fusion.json
+
+# Extra flags of bench-pack, e.g. make bench-pack PACK_FLAGS='-sizes 1M,10M -files 1000 -n 1'.
+PACK_FLAGS ?=
+
+bench-pack: build ## pack_diff time and freeze vs diff size (1 MiB to 100 MiB, 1,000 and 10,000 files): JSON, table
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/pack -json bin/bench-pack.json $(PACK_FLAGS)
 
 clean: ## remove build output
 	rm -rf bin
