@@ -123,3 +123,23 @@ func FuzzBuildFromTar(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCleanScrub checks that every scrub path CleanScrub accepts is a
+// clean path inside the root: not empty, not absolute, no "..".
+func FuzzCleanScrub(f *testing.F) {
+	for _, s := range []string{"/tmp/x", "/", "relative", "/a/../..", "//a//b/", "/a\x00b", "/.."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		out, err := CleanScrub([]string{p})
+		if err != nil {
+			return
+		}
+		for _, c := range out {
+			if c == "" || c == "." || strings.HasPrefix(c, "/") || path.Clean(c) != c ||
+				c == ".." || strings.HasPrefix(c, "../") || strings.Contains(c, "/../") {
+				t.Errorf("CleanScrub(%q) = %q: not a clean path inside the root", p, c)
+			}
+		}
+	})
+}
