@@ -215,3 +215,50 @@ func TestImagePushPull(t *testing.T) {
 		t.Errorf("b's GetLayer(corrupt) = %v, blob %v; want neither", err, b.hasBlob(bad))
 	}
 }
+
+// TestImageSquash packs two sandboxes' changes (a deleted file among them)
+// into layers, squashes them, and checks a sandbox on the squashed image
+// sees the same tree.
+func TestImageSquash(t *testing.T) {
+	p := newPlatform(t)
+	p.busybox(t)
+	c := p.client(t, p.adminKey(t))
+	ctx := ctxT(t)
+	step := func(image, script, packAs string) {
+		t.Helper()
+		sb, err := c.Create(ctx, dsec.CreateOptions{Image: image, Memory: 64 << 20})
+		if err != nil {
+			t.Fatalf("Create(%s) = %v", image, err)
+		}
+		defer sb.Delete(ctx)
+		if r, err := sb.Shell(ctx, script); err != nil || r.ExitCode != 0 {
+			t.Fatalf("Shell(%q) = %+v, %v", script, r, err)
+		}
+		if _, err := sb.PackDiff(ctx, packAs); err != nil {
+			t.Fatalf("PackDiff(%s) = %v", packAs, err)
+		}
+	}
+	step("busybox", "rm /bin/ls && mkdir /work && echo one > /work/a && echo gone > /work/b", "ws/env:1")
+	step("ws/env:1", "echo two > /work/a && rm /work/b && mkdir -p /opt/x && echo x > /opt/x/f", "ws/env:2")
+	before, err := c.GetImage(ctx, "ws/env:2")
+	if err != nil || len(before.Layers) != 3 {
+		t.Fatalf("GetImage(ws/env:2) = %+v, %v, want 3 layers", before, err)
+	}
+	// busybox's layer (about 2 MB) stays; the two small diffs merge.
+	out, errOut, code := p.cli(t, "", "image", "squash", "ws/env:2", "--to", "ws/env:2-squashed", "--max-layer-size", "512K")
+	if code != 0 || strings.TrimSpace(out) != "ws/env:2-squashed" {
+		t.Fatalf("dsec image squash = %q, %q, exit %d", out, errOut, code)
+	}
+	after, err := c.GetImage(ctx, "ws/env:2-squashed")
+	if err != nil || len(after.Layers) != 2 || after.Layers[0].Digest != before.Layers[0].Digest {
+		t.Fatalf("GetImage(squashed) = %+v, %v, want busybox's layer and one more", after, err)
+	}
+	const check = "test -e /bin/ls && echo has-ls; cat /work/a; test -e /work/b || echo no-b; cat /opt/x/f; echo hi | cat"
+	want := "two\nno-b\nx\nhi\n"
+	for _, image := range []string{"ws/env:2", "ws/env:2-squashed"} {
+		out, errOut, code := p.cli(t, "", "run", image, "--", "sh", "-c", check)
+		if code != 0 || out != want {
+			t.Errorf("dsec run %s: %q, %q, exit %d; want %q", image, out, errOut, code, want)
+		}
+	}
+}

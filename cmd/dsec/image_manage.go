@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsecproject/dsec/internal/layer"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -19,7 +22,7 @@ import (
 func newImageManageCmds(g *globalFlags) []*cobra.Command {
 	return []*cobra.Command{
 		newImageRmCmd(g), newImageInspectCmd(g), newImageDfCmd(g), newImageGCCmd(g),
-		newImageCopyCmd(g, true), newImageCopyCmd(g, false),
+		newImageCopyCmd(g, true), newImageCopyCmd(g, false), newImageSquashCmd(g),
 	}
 }
 
@@ -314,4 +317,119 @@ The other server's key comes from --` + flag + `-key, or from the admin.key of
 	f.StringVar(&key, flag+"-key", "", "API key for the other server")
 	f.StringVar(&stateDir, flag+"-state-dir", "", "read the other server's admin.key from this state dir (a server on this machine)")
 	return cmd
+}
+
+func newImageSquashCmd(g *globalFlags) *cobra.Command {
+	var (
+		to, maxSize string
+	)
+	cmd := &cobra.Command{
+		Use:   "squash NAME[:TAG] --to NAME[:TAG]",
+		Short: "Collapse runs of small consecutive layers of an image into one layer each",
+		Long: `Register a copy of an image in which every run of two or more consecutive
+layers smaller than --max-layer-size is replaced by one layer showing the same
+files (a sandbox sees the same tree). Whiteouts and opaque directories that hide
+files of lower layers are kept. The layers are downloaded, merged here (no root
+needed) and uploaded; the image keeps its config. Fewer layers make overlay
+lookups and mounts cheaper; the image cannot have more than 128.`,
+		Example: `  dsec image squash ws/sphinx-9658:7 --to ws/sphinx-9658:7-squashed`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if to == "" {
+				return usageErrorf("--to NAME[:TAG] is required")
+			}
+			limit, err := dsec.ParseSize(maxSize)
+			if err != nil || limit <= 0 {
+				return usageErrorf("--max-layer-size %q: want a size like 64M", maxSize)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx := cmd.Context()
+			img, err := c.GetImage(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			tmp, err := os.MkdirTemp("", "dsec-squash-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			errw := cmd.ErrOrStderr()
+			var digests []string
+			for i := 0; i < len(img.Layers); {
+				j := i
+				for j < len(img.Layers) && img.Layers[j].Size < limit {
+					j++
+				}
+				if j-i < 2 {
+					digests = append(digests, img.Layers[i].Digest)
+					i++
+					continue
+				}
+				d, err := squashRun(ctx, c, img.Layers[i:j], tmp)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(errw, "layers %d-%d → %s\n", i+1, j, short(d))
+				digests = append(digests, d)
+				i = j
+			}
+			if len(digests) == len(img.Layers) {
+				fmt.Fprintf(errw, "no two consecutive layers under %s: registering the same layers\n", dsec.FormatSize(limit))
+			}
+			out, err := c.CreateImage(ctx, to, digests, img.Config)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(errw, "%s: %d layers (%s), was %d (%s)\n", out.Name, len(out.Layers), dsec.FormatSize(out.Size), len(img.Layers), dsec.FormatSize(img.Size))
+			fmt.Fprintln(cmd.OutOrStdout(), out.Name)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&to, "to", "", "name of the squashed image")
+	f.StringVar(&maxSize, "max-layer-size", "64M", "layers at least this big are kept as they are")
+	return cmd
+}
+
+// squashRun downloads layers (verified against their digests), merges them
+// into one, uploads it and returns its digest.
+func squashRun(ctx context.Context, c *dsec.Client, layers []dsec.Layer, tmp string) (string, error) {
+	var files []io.ReaderAt
+	for i, l := range layers {
+		f, err := os.Create(filepath.Join(tmp, fmt.Sprintf("in-%d", i)))
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		_, rc, err := c.DownloadLayer(ctx, l.Digest)
+		if err != nil {
+			return "", err
+		}
+		_, err = io.Copy(f, rc)
+		rc.Close()
+		if err != nil {
+			return "", fmt.Errorf("download layer %s: %w", l.Digest, err)
+		}
+		files = append(files, f)
+	}
+	out, err := os.Create(filepath.Join(tmp, "out"))
+	if err != nil {
+		return "", err
+	}
+	defer out.Close()
+	info, err := layer.Squash(ctx, files, out, layer.Options{TempDir: tmp})
+	if err != nil {
+		return "", err
+	}
+	if _, err := out.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	if _, err := c.UploadLayer(ctx, out, info.Digest, info.Size); err != nil {
+		return "", err
+	}
+	return info.Digest, nil
 }
