@@ -227,6 +227,9 @@ answer: a node that does not could be using any layer.`,
 			for _, l := range res.Removed {
 				fmt.Fprintf(out, "%s %s (%s)\n", verb, l.Digest, dsec.FormatSize(l.Size))
 			}
+			for _, b := range res.OrphanBlobs {
+				fmt.Fprintf(out, "%s orphan blob %s (%s): no layer names it\n", verb, b.Digest, dsec.FormatSize(b.Size))
+			}
 			for _, k := range res.Kept {
 				fmt.Fprintf(out, "kept %s (%s): %s\n", k.Digest, dsec.FormatSize(k.Size), k.Reason)
 			}

@@ -13,6 +13,7 @@ package apiserver
 import (
 	"context"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -302,6 +303,9 @@ func (a *imageAPI) GarbageCollect(ctx context.Context, req *connect.Request[imag
 		out.Removed = append(out.Removed, layerProto(l.Layer))
 		out.RemovedBytes += l.Size
 	}
+	if err := a.collectOrphanBlobs(ctx, st, grace, dry, out); err != nil {
+		return nil, err
+	}
 	for _, l := range st.Layers {
 		if why, ok := keptWhy[l.Digest]; ok {
 			out.Kept = append(out.Kept, &imagev1.KeptLayer{Layer: layerProto(l.Layer), Reason: why})
@@ -311,6 +315,48 @@ func (a *imageAPI) GarbageCollect(ctx context.Context, req *connect.Request[imag
 		a.s.log.Info("layers collected", "layers", len(out.Removed), "bytes", out.RemovedBytes)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// collectOrphanBlobs removes the blobs no layer record names that are
+// older than grace: an upload that stored a blob and then failed to record
+// the layer (a lost etcd connection, a crash) leaves one. Uploads through
+// this server are excluded by gcMu; a layer recorded after st was read is
+// looked up again before its blob is taken for an orphan.
+func (a *imageAPI) collectOrphanBlobs(ctx context.Context, st cluster.LayerState, grace time.Duration, dry bool, out *imagev1.GarbageCollectResponse) error {
+	blobs, err := a.s.cfg.Blobs.List()
+	if err != nil {
+		return err
+	}
+	recorded := make(map[string]bool, len(st.Layers))
+	for _, l := range st.Layers {
+		recorded[l.Digest] = true
+	}
+	for _, b := range blobs {
+		if recorded[b.Digest] {
+			continue
+		}
+		p, err := a.s.cfg.Blobs.Path(b.Digest)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		fi, err := os.Stat(p)
+		if err != nil || time.Since(fi.ModTime()) < grace {
+			continue
+		}
+		switch _, err := a.s.cfg.Cluster.GetLayer(ctx, b.Digest); {
+		case err == nil:
+			continue
+		case !errdefs.Is(err, errdefs.ErrNotFound):
+			return err
+		}
+		if !dry {
+			if err := a.s.cfg.Blobs.Delete(b.Digest); err != nil {
+				return err
+			}
+		}
+		out.OrphanBlobs = append(out.OrphanBlobs, &imagev1.Layer{Digest: b.Digest, Size: b.Size})
+	}
+	return nil
 }
 
 func plural(n int, one, many string) string {

@@ -352,3 +352,48 @@ func TestCopyImage(t *testing.T) {
 		t.Error("the target kept the corrupt layer's blob")
 	}
 }
+
+func TestGarbageCollectOrphanBlobs(t *testing.T) {
+	t.Parallel()
+	s := newImageServer(t)
+	ctx := t.Context()
+	// Blobs an upload stored and never recorded as layers: one old, one
+	// fresh (its upload may be recording it right now).
+	store, err := blobstore.New(filepath.Join(s.dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := store.Put(ctx, strings.NewReader("old orphan"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := store.Put(ctx, strings.NewReader("fresh orphan"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(s.blobs, strings.TrimPrefix(old.Digest, "sha256:")), long, long); err != nil {
+		t.Fatal(err)
+	}
+	kept := s.layer(t, "a recorded layer") // recorded, unreferenced, fresh
+
+	orphans := func(r *dsec.GCResult) []string {
+		var out []string
+		for _, b := range r.OrphanBlobs {
+			out = append(out, b.Digest)
+		}
+		return out
+	}
+	res, err := s.c.GarbageCollect(ctx, dsec.GCOptions{DryRun: true})
+	if err != nil || !cmp.Equal(orphans(res), []string{old.Digest}) || !s.hasBlob(old.Digest) {
+		t.Errorf("GarbageCollect(dry run) = %+v, %v, want the old orphan reported and kept", res, err)
+	}
+	res, err = s.c.GarbageCollect(ctx, dsec.GCOptions{})
+	if err != nil || !cmp.Equal(orphans(res), []string{old.Digest}) || len(res.Removed) != 0 {
+		t.Errorf("GarbageCollect() = %+v, %v, want only the old orphan blob removed", res, err)
+	}
+	if s.hasBlob(old.Digest) || !s.hasBlob(fresh.Digest) || !s.hasBlob(kept) {
+		t.Errorf("blobs after GC: old %v fresh %v recorded %v, want only the old orphan gone",
+			s.hasBlob(old.Digest), s.hasBlob(fresh.Digest), s.hasBlob(kept))
+	}
+}

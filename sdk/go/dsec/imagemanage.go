@@ -72,6 +72,9 @@ type GCResult struct {
 	Removed      []Layer
 	RemovedBytes int64
 	Kept         []KeptLayer
+	// OrphanBlobs are stored bytes no layer record names (an upload that
+	// failed half-way), older than the grace period: removed too.
+	OrphanBlobs []Layer
 }
 
 // DeleteImage removes the image called name and returns it as it was. Its
@@ -140,6 +143,9 @@ func (c *Client) GarbageCollect(ctx context.Context, opts GCOptions) (*GCResult,
 	out := &GCResult{RemovedBytes: resp.Msg.GetRemovedBytes()}
 	for _, l := range resp.Msg.GetRemoved() {
 		out.Removed = append(out.Removed, layerFromProto(l))
+	}
+	for _, l := range resp.Msg.GetOrphanBlobs() {
+		out.OrphanBlobs = append(out.OrphanBlobs, layerFromProto(l))
 	}
 	for _, k := range resp.Msg.GetKept() {
 		out.Kept = append(out.Kept, KeptLayer{Layer: layerFromProto(k.GetLayer()), Reason: k.GetReason()})

@@ -472,16 +472,19 @@ class KeptLayer:
 
 @dataclasses.dataclass
 class GCResult:
-    """What garbage_collect removed (or, dry, would remove), and the
-    unreferenced layers it kept."""
+    """What garbage_collect removed (or, dry, would remove), the
+    unreferenced layers it kept, and the orphan blobs (stored bytes no
+    layer names, left by a failed upload) it removed."""
 
     removed: List[Layer] = dataclasses.field(default_factory=list)
     removed_bytes: int = 0
     kept: List[KeptLayer] = dataclasses.field(default_factory=list)
+    orphan_blobs: List[Layer] = dataclasses.field(default_factory=list)
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "GCResult":
         return cls(removed=[_layer_from_json(x) for x in m.get("removed") or []],
                    removed_bytes=_wire.to_int(m.get("removedBytes")),
                    kept=[KeptLayer(_layer_from_json(k.get("layer") or {}), k.get("reason", ""))
-                         for k in m.get("kept") or []])
+                         for k in m.get("kept") or []],
+                   orphan_blobs=[_layer_from_json(x) for x in m.get("orphanBlobs") or []])

@@ -1411,7 +1411,11 @@ type GarbageCollectResponse struct {
 	RemovedBytes int64    `protobuf:"varint,2,opt,name=removed_bytes,json=removedBytes,proto3" json:"removed_bytes,omitempty"`
 	// Unreferenced layers kept because they are in use or within the grace
 	// period, with the reason.
-	Kept          []*KeptLayer `protobuf:"bytes,3,rep,name=kept,proto3" json:"kept,omitempty"`
+	Kept []*KeptLayer `protobuf:"bytes,3,rep,name=kept,proto3" json:"kept,omitempty"`
+	// Blobs in the store that no layer record names (left by an upload that
+	// failed between storing the bytes and recording the layer), older than
+	// the grace period: removed (or, with dry_run, would be).
+	OrphanBlobs   []*Layer `protobuf:"bytes,4,rep,name=orphan_blobs,json=orphanBlobs,proto3" json:"orphan_blobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1463,6 +1467,13 @@ func (x *GarbageCollectResponse) GetRemovedBytes() int64 {
 func (x *GarbageCollectResponse) GetKept() []*KeptLayer {
 	if x != nil {
 		return x.Kept
+	}
+	return nil
+}
+
+func (x *GarbageCollectResponse) GetOrphanBlobs() []*Layer {
+	if x != nil {
+		return x.OrphanBlobs
 	}
 	return nil
 }
@@ -1756,11 +1767,12 @@ const file_dsec_image_v1_image_proto_rawDesc = "" +
 	"\x15GarbageCollectRequest\x12\x17\n" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x12(\n" +
 	"\rgrace_seconds\x18\x02 \x01(\x03H\x00R\fgraceSeconds\x88\x01\x01B\x10\n" +
-	"\x0e_grace_seconds\"\x9b\x01\n" +
+	"\x0e_grace_seconds\"\xd4\x01\n" +
 	"\x16GarbageCollectResponse\x12.\n" +
 	"\aremoved\x18\x01 \x03(\v2\x14.dsec.image.v1.LayerR\aremoved\x12#\n" +
 	"\rremoved_bytes\x18\x02 \x01(\x03R\fremovedBytes\x12,\n" +
-	"\x04kept\x18\x03 \x03(\v2\x18.dsec.image.v1.KeptLayerR\x04kept\"O\n" +
+	"\x04kept\x18\x03 \x03(\v2\x18.dsec.image.v1.KeptLayerR\x04kept\x127\n" +
+	"\forphan_blobs\x18\x04 \x03(\v2\x14.dsec.image.v1.LayerR\vorphanBlobs\"O\n" +
 	"\tKeptLayer\x12*\n" +
 	"\x05layer\x18\x01 \x01(\v2\x14.dsec.image.v1.LayerR\x05layer\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x15\n" +
@@ -1852,35 +1864,36 @@ var file_dsec_image_v1_image_proto_depIdxs = []int32{
 	15, // 16: dsec.image.v1.DiskUsageResponse.layers:type_name -> dsec.image.v1.LayerUsage
 	0,  // 17: dsec.image.v1.GarbageCollectResponse.removed:type_name -> dsec.image.v1.Layer
 	25, // 18: dsec.image.v1.GarbageCollectResponse.kept:type_name -> dsec.image.v1.KeptLayer
-	0,  // 19: dsec.image.v1.KeptLayer.layer:type_name -> dsec.image.v1.Layer
-	28, // 20: dsec.image.v1.ListLayerUseResponse.sandboxes:type_name -> dsec.image.v1.SandboxLayers
-	4,  // 21: dsec.image.v1.ImageService.UploadLayer:input_type -> dsec.image.v1.UploadLayerRequest
-	6,  // 22: dsec.image.v1.ImageService.CreateImage:input_type -> dsec.image.v1.CreateImageRequest
-	8,  // 23: dsec.image.v1.ImageService.GetImage:input_type -> dsec.image.v1.GetImageRequest
-	10, // 24: dsec.image.v1.ImageService.ListImages:input_type -> dsec.image.v1.ListImagesRequest
-	12, // 25: dsec.image.v1.ImageService.DeleteImage:input_type -> dsec.image.v1.DeleteImageRequest
-	14, // 26: dsec.image.v1.ImageService.InspectImage:input_type -> dsec.image.v1.InspectImageRequest
-	17, // 27: dsec.image.v1.ImageService.GetLayer:input_type -> dsec.image.v1.GetLayerRequest
-	19, // 28: dsec.image.v1.ImageService.DownloadLayer:input_type -> dsec.image.v1.DownloadLayerRequest
-	21, // 29: dsec.image.v1.ImageService.DiskUsage:input_type -> dsec.image.v1.DiskUsageRequest
-	23, // 30: dsec.image.v1.ImageService.GarbageCollect:input_type -> dsec.image.v1.GarbageCollectRequest
-	26, // 31: dsec.image.v1.LayerUseService.ListLayerUse:input_type -> dsec.image.v1.ListLayerUseRequest
-	5,  // 32: dsec.image.v1.ImageService.UploadLayer:output_type -> dsec.image.v1.UploadLayerResponse
-	7,  // 33: dsec.image.v1.ImageService.CreateImage:output_type -> dsec.image.v1.CreateImageResponse
-	9,  // 34: dsec.image.v1.ImageService.GetImage:output_type -> dsec.image.v1.GetImageResponse
-	11, // 35: dsec.image.v1.ImageService.ListImages:output_type -> dsec.image.v1.ListImagesResponse
-	13, // 36: dsec.image.v1.ImageService.DeleteImage:output_type -> dsec.image.v1.DeleteImageResponse
-	16, // 37: dsec.image.v1.ImageService.InspectImage:output_type -> dsec.image.v1.InspectImageResponse
-	18, // 38: dsec.image.v1.ImageService.GetLayer:output_type -> dsec.image.v1.GetLayerResponse
-	20, // 39: dsec.image.v1.ImageService.DownloadLayer:output_type -> dsec.image.v1.DownloadLayerResponse
-	22, // 40: dsec.image.v1.ImageService.DiskUsage:output_type -> dsec.image.v1.DiskUsageResponse
-	24, // 41: dsec.image.v1.ImageService.GarbageCollect:output_type -> dsec.image.v1.GarbageCollectResponse
-	27, // 42: dsec.image.v1.LayerUseService.ListLayerUse:output_type -> dsec.image.v1.ListLayerUseResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	0,  // 19: dsec.image.v1.GarbageCollectResponse.orphan_blobs:type_name -> dsec.image.v1.Layer
+	0,  // 20: dsec.image.v1.KeptLayer.layer:type_name -> dsec.image.v1.Layer
+	28, // 21: dsec.image.v1.ListLayerUseResponse.sandboxes:type_name -> dsec.image.v1.SandboxLayers
+	4,  // 22: dsec.image.v1.ImageService.UploadLayer:input_type -> dsec.image.v1.UploadLayerRequest
+	6,  // 23: dsec.image.v1.ImageService.CreateImage:input_type -> dsec.image.v1.CreateImageRequest
+	8,  // 24: dsec.image.v1.ImageService.GetImage:input_type -> dsec.image.v1.GetImageRequest
+	10, // 25: dsec.image.v1.ImageService.ListImages:input_type -> dsec.image.v1.ListImagesRequest
+	12, // 26: dsec.image.v1.ImageService.DeleteImage:input_type -> dsec.image.v1.DeleteImageRequest
+	14, // 27: dsec.image.v1.ImageService.InspectImage:input_type -> dsec.image.v1.InspectImageRequest
+	17, // 28: dsec.image.v1.ImageService.GetLayer:input_type -> dsec.image.v1.GetLayerRequest
+	19, // 29: dsec.image.v1.ImageService.DownloadLayer:input_type -> dsec.image.v1.DownloadLayerRequest
+	21, // 30: dsec.image.v1.ImageService.DiskUsage:input_type -> dsec.image.v1.DiskUsageRequest
+	23, // 31: dsec.image.v1.ImageService.GarbageCollect:input_type -> dsec.image.v1.GarbageCollectRequest
+	26, // 32: dsec.image.v1.LayerUseService.ListLayerUse:input_type -> dsec.image.v1.ListLayerUseRequest
+	5,  // 33: dsec.image.v1.ImageService.UploadLayer:output_type -> dsec.image.v1.UploadLayerResponse
+	7,  // 34: dsec.image.v1.ImageService.CreateImage:output_type -> dsec.image.v1.CreateImageResponse
+	9,  // 35: dsec.image.v1.ImageService.GetImage:output_type -> dsec.image.v1.GetImageResponse
+	11, // 36: dsec.image.v1.ImageService.ListImages:output_type -> dsec.image.v1.ListImagesResponse
+	13, // 37: dsec.image.v1.ImageService.DeleteImage:output_type -> dsec.image.v1.DeleteImageResponse
+	16, // 38: dsec.image.v1.ImageService.InspectImage:output_type -> dsec.image.v1.InspectImageResponse
+	18, // 39: dsec.image.v1.ImageService.GetLayer:output_type -> dsec.image.v1.GetLayerResponse
+	20, // 40: dsec.image.v1.ImageService.DownloadLayer:output_type -> dsec.image.v1.DownloadLayerResponse
+	22, // 41: dsec.image.v1.ImageService.DiskUsage:output_type -> dsec.image.v1.DiskUsageResponse
+	24, // 42: dsec.image.v1.ImageService.GarbageCollect:output_type -> dsec.image.v1.GarbageCollectResponse
+	27, // 43: dsec.image.v1.LayerUseService.ListLayerUse:output_type -> dsec.image.v1.ListLayerUseResponse
+	33, // [33:44] is the sub-list for method output_type
+	22, // [22:33] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_dsec_image_v1_image_proto_init() }
