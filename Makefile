@@ -58,5 +58,10 @@ PACK_FLAGS ?=
 bench-pack: build ## pack_diff time and freeze vs diff size (1 MiB to 100 MiB, 1,000 and 10,000 files): JSON, table
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/pack -json bin/bench-pack.json $(PACK_FLAGS)
 
+.PHONY: lazyspike
+LAZYSPIKE_FLAGS ?=
+lazyspike: ## issue 7 spike (root): lazy layers through FUSE + EROFS, faults; JSON bin/lazyspike.json, table
+	$(GO) run ./bench/lazyspike -json bin/lazyspike.json $(LAZYSPIKE_FLAGS)
+
 clean: ## remove build output
 	rm -rf bin
