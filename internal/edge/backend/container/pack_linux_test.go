@@ -65,6 +65,13 @@ func TestPackDiff(t *testing.T) {
 		t.Fatalf("PackDiff = %v", err)
 	}
 	img := readPack(t, p)
+	// The writable layer's file system, mounted again in the keeper to be
+	// read, is detached again.
+	for _, m := range n.footprint(t, b) {
+		if strings.HasPrefix(m, "mount /run/disks/") && !pooled(m) {
+			t.Errorf("after PackDiff the keeper still has %s", m)
+		}
+	}
 	fsys, err := erofs.Open(bytes.NewReader(img))
 	if err != nil {
 		t.Fatalf("the packed layer does not parse: %v", err)
