@@ -67,7 +67,11 @@ hard TTL, and labels. -l filters by labels (repeatable, ANDed).`,
 					if sb.Reason != "" && sb.State != dsec.StateRunning {
 						state += " (" + sb.Reason + ")"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\n", sb.ID, sb.Image, state,
+					image := sb.Image
+					if image == "" {
+						image = "(layer list)" // created from explicit layer digests
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\n", sb.ID, image, state,
 						human(now.Sub(sb.CreatedAt)), human(sb.ExpiresAt.Sub(now)),
 						dsec.FormatSize(sb.Resources.Memory), sb.Resources.CPUs, labelString(sb.Labels))
 				}
