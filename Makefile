@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -linkmode external -extldflags -static
 TAGS    := netgo,osusergo
 
-.PHONY: help build test test-root test-all lint fmt gen check-gen bench density bench-fusion bench-pack clean
+.PHONY: help build test test-root test-all lint fmt gen check-gen bench density bench-fusion bench-pack bench-layers clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -57,6 +57,12 @@ PACK_FLAGS ?=
 
 bench-pack: build ## pack_diff time and freeze vs diff size (1 MiB to 100 MiB, 1,000 and 10,000 files): JSON, table
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/pack -json bin/bench-pack.json $(PACK_FLAGS)
+
+# Extra flags of bench-layers, e.g. make bench-layers LAYERS_FLAGS='-n 20 -c 4 -rounds 3'.
+LAYERS_FLAGS ?=
+
+bench-layers: build ## composable layers vs per-sandbox tar extraction, 50 sandboxes sharing base + toolkit: JSON, table
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/layers -json bin/bench-layers.json $(LAYERS_FLAGS)
 
 .PHONY: lazyspike
 LAZYSPIKE_FLAGS ?=
