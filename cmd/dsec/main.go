@@ -110,6 +110,7 @@ Start the platform on this machine with "dsec up -d", then:
 		newEvalCmd(),
 		newDoctorCmd(g),
 		newPurgeCmd(g),
+		newBlobserverCmd(),
 	)
 	markUsageErrors(root)
 	return root
