@@ -3,8 +3,8 @@ package chunkcache
 import "github.com/prometheus/client_golang/prometheus"
 
 // Collector exports a Cache's Stats as dsec_chunkcache_* Prometheus
-// metrics. Register it in the process's registry (internal/metrics:
-// m.Registry.MustRegister(chunkcache.NewCollector(cache))).
+// metrics, read at each scrape. Register it in the process's registry
+// (internal/metrics: m.Registry.MustRegister(chunkcache.NewCollector(cache))).
 type Collector struct {
 	c *Cache
 }
@@ -14,8 +14,45 @@ var _ prometheus.Collector = (*Collector)(nil)
 // NewCollector returns a Collector of c's Stats.
 func NewCollector(c *Cache) *Collector { return &Collector{c: c} }
 
+var (
+	descBytesFetched = prometheus.NewDesc("dsec_chunkcache_fetched_bytes_total", "Bytes fetched from the blob source.", nil, nil)
+	descFetches      = prometheus.NewDesc("dsec_chunkcache_fetches_total", "Range requests sent to the blob source.", nil, nil)
+	descFetchErrors  = prometheus.NewDesc("dsec_chunkcache_fetch_errors_total", "Failed range requests to the blob source.", nil, nil)
+	descHits         = prometheus.NewDesc("dsec_chunkcache_hits_total", "Chunk lookups served from the cache.", nil, nil)
+	descMisses       = prometheus.NewDesc("dsec_chunkcache_misses_total", "Chunk lookups that waited for a fetch.", nil, nil)
+	descEvictions    = prometheus.NewDesc("dsec_chunkcache_evictions_total", "Chunks evicted for the size cap.", nil, nil)
+	descCorrupt      = prometheus.NewDesc("dsec_chunkcache_corrupt_chunks_total", "Fetched chunks whose digest did not match.", nil, nil)
+	descCachedBytes  = prometheus.NewDesc("dsec_chunkcache_cached_bytes", "Bytes in the chunk cache.", nil, nil)
+	descCachedChunks = prometheus.NewDesc("dsec_chunkcache_cached_chunks", "Chunks in the chunk cache.", nil, nil)
+	descLatency      = prometheus.NewDesc("dsec_chunkcache_fetch_duration_seconds", "Duration of range requests to the blob source.", nil, nil)
+)
+
 // Describe implements prometheus.Collector.
-func (m *Collector) Describe(ch chan<- *prometheus.Desc) {}
+func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descBytesFetched, descFetches, descFetchErrors, descHits, descMisses,
+		descEvictions, descCorrupt, descCachedBytes, descCachedChunks, descLatency} {
+		ch <- d
+	}
+}
 
 // Collect implements prometheus.Collector.
-func (m *Collector) Collect(ch chan<- prometheus.Metric) {}
+func (m *Collector) Collect(ch chan<- prometheus.Metric) {
+	st := m.c.Stats()
+	counter := func(d *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	counter(descBytesFetched, st.BytesFetched)
+	counter(descFetches, st.Fetches)
+	counter(descFetchErrors, st.FetchErrors)
+	counter(descHits, st.Hits)
+	counter(descMisses, st.Misses)
+	counter(descEvictions, st.Evictions)
+	counter(descCorrupt, st.CorruptChunks)
+	ch <- prometheus.MustNewConstMetric(descCachedBytes, prometheus.GaugeValue, float64(st.CachedBytes))
+	ch <- prometheus.MustNewConstMetric(descCachedChunks, prometheus.GaugeValue, float64(st.CachedChunks))
+	buckets := make(map[float64]uint64, len(LatencyBuckets))
+	for i, ub := range LatencyBuckets {
+		buckets[ub] = st.FetchLatency[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(descLatency, st.FetchLatencyCount, st.FetchLatencySum, buckets)
+}

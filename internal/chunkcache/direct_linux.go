@@ -1,0 +1,5 @@
+package chunkcache
+
+import "syscall"
+
+const oDirect = syscall.O_DIRECT
