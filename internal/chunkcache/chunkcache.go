@@ -463,15 +463,19 @@ func (b *Blob) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			}
 		}
 	}
+	fetchRuns := runs(fetch, max(1, maxRunBytes/cs))
+	aheadRuns := runs(ahead, max(1, maxRunBytes/cs))
+	// Added under mu, so that a Close that saw closed unset waits for them.
+	c.wg.Add(len(verify) + len(fetchRuns) + len(aheadRuns))
 	c.mu.Unlock()
 
 	for _, i := range verify {
 		c.startFetch(b, []int64{i}, true)
 	}
-	for _, run := range runs(fetch, max(1, maxRunBytes/cs)) {
+	for _, run := range fetchRuns {
 		c.startFetch(b, run, false)
 	}
-	for _, run := range runs(ahead, max(1, maxRunBytes/cs)) {
+	for _, run := range aheadRuns {
 		c.startFetch(b, run, false)
 	}
 

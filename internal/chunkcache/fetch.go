@@ -16,9 +16,9 @@ import (
 
 // startFetch fetches (or, with onDisk, first checks the kept file of) the
 // adjacent chunks run of b, whose entries the caller put in the index in
-// stateFetching. The Cache owns the goroutine.
+// stateFetching. The Cache owns the goroutine; the caller has added it to
+// c.wg.
 func (c *Cache) startFetch(b *Blob, run []int64, onDisk bool) {
-	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		c.fetchRun(b, run, onDisk)
