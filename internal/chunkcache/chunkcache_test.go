@@ -297,7 +297,8 @@ func TestReadahead(t *testing.T) {
 	waitFor(t, func() bool { return c.Stats().CachedChunks == 5 })
 	read(t, b, tb, 15*cs, 10) // not sequential: no readahead
 	c.Close()
-	if diff := cmp.Diff([]string{"0-0", "1-3", "4-4", "15-15"}, requests()); diff != "" {
+	// The readahead of 1-3 runs beside the fetch of 0: any order.
+	if diff := cmp.Diff([]string{"0-0", "1-3", "4-4", "15-15"}, requests(), anyOrder); diff != "" {
 		t.Errorf("range requests (-want +got):\n%s", diff)
 	}
 }
@@ -388,7 +389,7 @@ func TestSourceDown(t *testing.T) {
 			if !errors.Is(err, syscall.EIO) || !errors.Is(err, ErrIO) {
 				t.Errorf("ReadAt with the source down = %d, %v, want EIO", n, err)
 			}
-			if elapsed > deadline+500*time.Millisecond {
+			if elapsed > deadline+750*time.Millisecond {
 				t.Errorf("ReadAt with the source down took %v, want at most %v", elapsed, deadline)
 			}
 			if fault == "hang" { // (net/http retries a GET on a closed idle connection itself)
