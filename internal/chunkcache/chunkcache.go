@@ -131,7 +131,7 @@ const (
 )
 
 // entry is one chunk of the index. All fields are guarded by Cache.mu,
-// except that done is closed once, after err is set.
+// except that done is closed once, after err or mem is set.
 type entry struct {
 	key      chunkKey
 	state    entryState
@@ -140,6 +140,7 @@ type entry struct {
 	pins     int   // readers reading or waiting for it
 	done     chan struct{}
 	err      error
+	mem      []byte        // the data, when it was fetched but could not be stored
 	elem     *list.Element // in lru when present
 	mtime    time.Time     // when rebuilt from disk: its file's modification time
 }
@@ -515,7 +516,9 @@ func (b *Blob) copyOut(ctx context.Context, entries []*entry, p []byte, off, end
 		idx := first + int64(j)
 		lo := max(off, idx*cs)
 		hi := min(end, (idx+1)*cs)
-		if err := c.readChunk(e.key, p[lo-off:hi-off], lo-idx*cs); err != nil {
+		if e.mem != nil {
+			copy(p[lo-off:hi-off], e.mem[lo-idx*cs:])
+		} else if err := c.readChunk(e.key, p[lo-off:hi-off], lo-idx*cs); err != nil {
 			return n, fmt.Errorf("read blob %s chunk %d from the cache: %w: %w", b.digest, idx, ErrIO, err)
 		}
 		n += int(hi - lo)

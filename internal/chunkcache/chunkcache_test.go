@@ -768,3 +768,24 @@ func BenchmarkRead(b *testing.B) {
 		})
 	}
 }
+
+// A chunk that cannot be written to the cache is still served.
+func TestStoreFailureServesRead(t *testing.T) {
+	tb := newTestBlob(t)
+	src, requests := sources(t, tb)["dir"]()
+	dir := t.TempDir()
+	c := newCache(t, dir, src, Options{ChunkSize: cs})
+	// A file where the blob's directory should be: every store fails.
+	if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(cs), tb.digest[7:]), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := c.Blob(tb.digest, int64(len(tb.data)), tb.chunks)
+	read(t, b, tb, cs-10, 20) // chunks 0-1
+	read(t, b, tb, cs-10, 20)
+	if st := c.Stats(); st.CachedChunks != 0 || st.Fetches != 2 {
+		t.Errorf("with an unwritable cache: %d chunks cached, %d fetches; want 0, 2 (fetched again)", st.CachedChunks, st.Fetches)
+	}
+	if got := len(requests()); got != 2 {
+		t.Errorf("%d range requests, want 2", got)
+	}
+}

@@ -78,7 +78,10 @@ func (c *Cache) fetchAndStore(b *Blob, sub []int64, refetched map[int64]bool) (a
 			continue
 		}
 		if err := c.store(k, data); err != nil {
-			c.fail(k, fmt.Errorf("cache blob %s chunk %d: %w: %w", b.digest, i, ErrIO, err))
+			// The data is good: serve the readers waiting for it from
+			// memory rather than fail them; the next read fetches again.
+			c.log.Warn("chunk cache: cannot store a chunk", "blob", b.digest, "chunk", i, "err", err)
+			c.serveUncached(k, data)
 			continue
 		}
 		c.publish(k, int64(len(data)))
@@ -190,6 +193,17 @@ func (c *Cache) publish(k chunkKey, size int64) {
 	c.cached += size
 	close(e.done)
 	c.evictLocked()
+}
+
+// serveUncached drops a chunk that could not be stored and hands its
+// verified data to the readers waiting for it.
+func (c *Cache) serveUncached(k chunkKey, data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.chunks[k]
+	delete(c.chunks, k)
+	e.mem = data
+	close(e.done)
 }
 
 // fail drops a chunk whose fetch failed and wakes its readers with err.
