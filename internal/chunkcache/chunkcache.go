@@ -308,6 +308,10 @@ func isHex(s string) bool {
 	return true
 }
 
+// ChunkSize returns the cache's chunk size, which the chunk digests given
+// to Blob must have been computed with.
+func (c *Cache) ChunkSize() int64 { return c.opts.ChunkSize }
+
 // Close stops the fetches in flight and waits for them. Reads after Close
 // fail; the cached chunks stay on disk for the next Cache.
 func (c *Cache) Close() error {

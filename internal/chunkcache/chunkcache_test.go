@@ -621,6 +621,23 @@ func TestBadArguments(t *testing.T) {
 	}
 }
 
+func TestDefaults(t *testing.T) {
+	tb := newTestBlob(t)
+	src, _ := sources(t, tb)["dir"]()
+	c := newCache(t, t.TempDir(), src, Options{})
+	if got := c.ChunkSize(); got != 1<<20 {
+		t.Errorf("ChunkSize() = %d, want 1 MiB by default", got)
+	}
+	chunks, err := ChunkDigests(bytes.NewReader(tb.data), int64(len(tb.data)), c.ChunkSize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	read(t, c.Blob(tb.digest, int64(len(tb.data)), chunks), tb, 0, len(tb.data))
+	if st := c.Stats(); st.Fetches != 1 || st.BytesFetched != int64(len(tb.data)) {
+		t.Errorf("reading %d bytes in 1 MiB chunks: %d fetches, %d bytes; want 1 (both chunks in one request), %d", len(tb.data), st.Fetches, st.BytesFetched, len(tb.data))
+	}
+}
+
 func TestChunkDigests(t *testing.T) {
 	data := []byte("abcdefghij")
 	got, err := ChunkDigests(bytes.NewReader(data), 10, 4)
