@@ -330,6 +330,11 @@ func (a *imageAPI) collectOrphanBlobs(ctx context.Context, st cluster.LayerState
 	recorded := make(map[string]bool, len(st.Layers))
 	for _, l := range st.Layers {
 		recorded[l.Digest] = true
+		if l.Lazy != nil {
+			// A removed layer's lazy blobs become orphans here, so that
+			// one shared by another layer is kept.
+			recorded[l.Lazy.Meta], recorded[l.Lazy.Data] = true, true
+		}
 	}
 	for _, b := range blobs {
 		if recorded[b.Digest] {

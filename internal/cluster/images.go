@@ -24,6 +24,44 @@ type Layer struct {
 	MediaType string
 	// CreatedAt is set by PutLayer when zero.
 	CreatedAt time.Time
+	// Lazy is the layer's lazy form, when one was made (dsec up
+	// --lazy-layers): nodes with a blob source then mount the layer
+	// without downloading it.
+	Lazy *LazyForm
+}
+
+// LazyForm is a layer split for loading on demand: a metadata-only EROFS
+// image whose file data lives in a separate blob (its device 1), read in
+// chunks of ChunkSize verified by ChunkDigests.
+type LazyForm struct {
+	// Meta is the digest of the metadata-only image, fetched eagerly.
+	Meta string `json:"meta"`
+	// Data is the digest of the data blob, DataSize bytes, block aligned.
+	Data     string `json:"data"`
+	DataSize int64  `json:"data_size"`
+	// ChunkSize is the unit of ChunkDigests ("sha256:<hex>" of each piece
+	// of the data blob; the last may be short).
+	ChunkSize    int64    `json:"chunk_size"`
+	ChunkDigests []string `json:"chunk_digests"`
+}
+
+func (f *LazyForm) validate() error {
+	if f == nil {
+		return nil
+	}
+	if err := validateDigest(f.Meta); err != nil {
+		return err
+	}
+	if err := validateDigest(f.Data); err != nil {
+		return err
+	}
+	if f.DataSize < 0 || f.ChunkSize <= 0 {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "lazy form: data size %d, chunk size %d", f.DataSize, f.ChunkSize)
+	}
+	if want := (f.DataSize + f.ChunkSize - 1) / f.ChunkSize; int64(len(f.ChunkDigests)) != want {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "lazy form: %d chunk digests, want %d", len(f.ChunkDigests), want)
+	}
+	return nil
 }
 
 type layerRecord struct {
@@ -32,10 +70,11 @@ type layerRecord struct {
 	Size      int64     `json:"size"`
 	MediaType string    `json:"media_type,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	Lazy      *LazyForm `json:"lazy,omitempty"`
 }
 
 func (r layerRecord) layer() Layer {
-	return Layer{Digest: r.Digest, Size: r.Size, MediaType: r.MediaType, CreatedAt: r.CreatedAt}
+	return Layer{Digest: r.Digest, Size: r.Size, MediaType: r.MediaType, CreatedAt: r.CreatedAt, Lazy: r.Lazy}
 }
 
 // MaxImageLayers is the most layers an image may have: etcd checks each in
@@ -54,10 +93,14 @@ func validateDigest(d string) error {
 }
 
 // PutLayer records a layer. Recording the same digest again is a no-op that
-// keeps the first record; with another size it is FailedPrecondition, since
-// the same digest cannot name two contents.
+// keeps the first record (except that a lazy form is added to a record
+// without one); with another size it is FailedPrecondition, since the same
+// digest cannot name two contents.
 func (s *Store) PutLayer(ctx context.Context, l Layer) error {
 	if err := validateDigest(l.Digest); err != nil {
+		return err
+	}
+	if err := l.Lazy.validate(); err != nil {
 		return err
 	}
 	if l.Size < 0 {
@@ -68,7 +111,7 @@ func (s *Store) PutLayer(ctx context.Context, l Layer) error {
 	}
 	op := "put layer " + l.Digest
 	key := s.layerKey(l.Digest)
-	rec := layerRecord{Version: schemaVersion, Digest: l.Digest, Size: l.Size, MediaType: l.MediaType, CreatedAt: l.CreatedAt.UTC()}
+	rec := layerRecord{Version: schemaVersion, Digest: l.Digest, Size: l.Size, MediaType: l.MediaType, CreatedAt: l.CreatedAt.UTC(), Lazy: l.Lazy}
 	txn, err := s.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, encode(rec))).
@@ -91,6 +134,17 @@ func (s *Store) PutLayer(ctx context.Context, l Layer) error {
 	if old.Size != l.Size {
 		return errdefs.Newf(errdefs.ErrFailedPrecondition,
 			"%s: already recorded with size %d, now %d: the layer store is inconsistent", op, old.Size, l.Size)
+	}
+	if old.Lazy == nil && l.Lazy != nil {
+		old.Lazy = l.Lazy
+		_, err := s.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).
+			Then(clientv3.OpPut(key, encode(old))).
+			Commit()
+		if err != nil {
+			return storeErr(op, err)
+		}
+		// Lost a race: another writer changed the record, keep theirs.
 	}
 	return nil
 }
