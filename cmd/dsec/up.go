@@ -36,6 +36,9 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		fusionPool                      int
 		fusionMemory                    string
 		warmPool                        int
+		lazyLayers                      bool
+		blobSource, chunkCache          string
+		chunkCacheSize                  string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -89,6 +92,10 @@ first (see docs/sandboxfusion.md):
 			if warmPool == 0 {
 				warmPool = -1 // none; zero is the keeper's default
 			}
+			ccSize, err := dsec.ParseSize(chunkCacheSize)
+			if err != nil {
+				return usageErrorf("--chunk-cache-size: %v", err)
+			}
 			if fusionPool == 0 {
 				fusionPool = -1 // none; zero is the package default
 			}
@@ -101,6 +108,7 @@ first (see docs/sandboxfusion.md):
 				},
 				StateDir: stateDir, Listen: listen, Node: node, Runtime: runtime,
 				CgroupParent: cgroupParent, DiskQuota: diskQuota, WarmPool: warmPool,
+				LazyLayers: lazyLayers, BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: ccSize,
 				IDMap:            rootfs.IDMap{HostID: uidBase, Size: uidCount},
 				Defaults:         edge.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
@@ -126,6 +134,10 @@ first (see docs/sandboxfusion.md):
 	f.StringVar(&fusionMemory, "sandboxfusion-memory", "1G", "memory limit of SandboxFusion sandboxes when a call sets no memory_limit_MB")
 	f.StringVar(&diskQuota, "disk-quota", "auto", "how writable layers are size-limited: auto, project (XFS project quotas), image (a file system image per sandbox) or off")
 	f.IntVar(&warmPool, "warm-pool", 2, "sandboxes of each recently created shape (image and resources) kept started ahead, so that a create claims one; 0 for none")
+	f.BoolVar(&lazyLayers, "lazy-layers", false, "also store every new layer in its lazy form (metadata image + data blob), so nodes with --blob-source mount it on demand")
+	f.StringVar(&blobSource, "blob-source", "", "where this node reads lazy layers from: dir:/path (a blob store directory) or http://host:port (dsec blobserver); empty mounts every layer from a local image")
+	f.StringVar(&chunkCache, "chunk-cache", "", "directory of the node's chunk cache for lazy layers (default <state-dir>/chunks)")
+	f.StringVar(&chunkCacheSize, "chunk-cache-size", "0", "cap of the chunk cache, e.g. 20G (0: no cap)")
 	return cmd
 }
 
@@ -203,6 +215,8 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 		runtime, cgroupParent, diskQuota string
 		uidBase, uidCount                uint32
 		warmPool                         int
+		blobSource, chunkCache           string
+		chunkCacheSize                   int64
 	)
 	cmd := &cobra.Command{
 		Use:    "keeper",
@@ -222,9 +236,10 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 			defer stop()
 			err := keeper.Run(ctx, keeper.Config{
 				StateDir: g.resolvedStateDir(), Runtime: runtime, CgroupParent: cgroupParent, DiskQuota: diskQuota,
-				WarmPool: warmPool,
-				IDMap:    rootfs.IDMap{HostID: uidBase, Size: uidCount},
-				Version:  buildVersion(), Logger: log,
+				WarmPool:   warmPool,
+				BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: chunkCacheSize,
+				IDMap:   rootfs.IDMap{HostID: uidBase, Size: uidCount},
+				Version: buildVersion(), Logger: log,
 			})
 			if errors.Is(err, context.Canceled) {
 				return nil
@@ -237,6 +252,9 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup holding every sandbox")
 	f.StringVar(&diskQuota, "disk-quota", "auto", "auto, project, image or off")
 	f.IntVar(&warmPool, "warm-pool", 0, "warm sandboxes per recent shape (0: the default; negative: none)")
+	f.StringVar(&blobSource, "blob-source", "", "blob source of lazy layers (dir:/path or http://host:port)")
+	f.StringVar(&chunkCache, "chunk-cache", "", "chunk cache directory (default <state>/chunks)")
+	f.Int64Var(&chunkCacheSize, "chunk-cache-size", 0, "chunk cache cap in bytes (0: none)")
 	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the sandboxes' range")
 	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "size of the range")
 	return cmd

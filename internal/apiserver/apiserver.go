@@ -48,6 +48,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, counts errors and is served at /metrics.
 	Metrics *metrics.Metrics
+	// LazyLayers makes every stored layer also get its lazy form
+	// (internal/lazylayer), so that nodes can mount it on demand.
+	LazyLayers bool
 }
 
 // Server serves the public API.

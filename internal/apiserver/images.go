@@ -11,6 +11,7 @@ import (
 	imagev1 "github.com/dsecproject/dsec/api/dsec/image/v1"
 	"github.com/dsecproject/dsec/internal/cluster"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/lazylayer"
 	"github.com/dsecproject/dsec/internal/streams"
 )
 
@@ -45,6 +46,11 @@ func (a *imageAPI) UploadLayer(ctx context.Context, stream *connect.ClientStream
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "upload layer: got %d bytes, header said %d", desc.Size, h.GetSize())
 	}
 	l := cluster.Layer{Digest: desc.Digest, Size: desc.Size, MediaType: LayerMediaType}
+	if a.s.cfg.LazyLayers {
+		if l.Lazy, err = lazylayer.Make(ctx, a.s.cfg.Blobs, desc.Digest, 0); err != nil {
+			return nil, err
+		}
+	}
 	if err := a.s.cfg.Cluster.PutLayer(ctx, l); err != nil {
 		return nil, err
 	}

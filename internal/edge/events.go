@@ -173,5 +173,15 @@ func (e *Edge) handleBackendEvent(ev sandbox.Event) {
 		if r, err := e.store.get(ev.Sandbox); err == nil {
 			e.publish(EventOOM, r, ev.Reason)
 		}
+	case sandbox.EventFailed:
+		r, err := e.store.update(ev.Sandbox, func(r *Record) error {
+			if r.State == StateRunning {
+				r.State, r.Reason = StateFailed, ev.Reason
+			}
+			return nil
+		})
+		if err == nil && r.State == StateFailed {
+			e.publish(EventFailed, r, ev.Reason)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"time"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/rootfs"
@@ -46,6 +48,17 @@ type Config struct {
 	// (layers and resources) are kept started ahead of time, so that a
 	// create only claims one (default 2; negative: none).
 	WarmPool int
+	// BlobSource, when set, is where lazy layers are read from
+	// (blobsource.Open: "dir:/path" or "http://host:port"); without it a
+	// layer with a lazy form cannot be mounted.
+	BlobSource string
+	// ChunkCache is the chunk cache directory (default <StateDir>/chunks),
+	// ChunkCacheSize its cap in bytes (default none).
+	ChunkCache     string
+	ChunkCacheSize int64
+	// LazyReadTimeout bounds one read of a lazy layer's data (default
+	// 30s); past it the read fails with EIO.
+	LazyReadTimeout time.Duration
 	// Version is reported to clients.
 	Version string
 	Logger  *slog.Logger
@@ -85,6 +98,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.ChunkCache == "" {
+		c.ChunkCache = filepath.Join(c.StateDir, "chunks")
 	}
 	rt, err := FindRuntime(c.Runtime)
 	if err != nil {

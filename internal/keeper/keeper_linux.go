@@ -48,6 +48,8 @@ type Keeper struct {
 	// warm keeps sandboxes of recent shapes started (nil: none).
 	warm   *warmPool
 	events *eventLog
+	// lazy mounts layers from their lazy form (nil: no blob source).
+	lazy *lazyLayers
 
 	mu sync.Mutex
 	// guarded by mu
@@ -155,6 +157,11 @@ func (k *Keeper) setup() error {
 	if err != nil {
 		return err
 	}
+	if k.cfg.BlobSource != "" {
+		if k.lazy, err = newLazyLayers(k.cfg, k.l.RunDir(), k.log, k.lazyFailed); err != nil {
+			return err
+		}
+	}
 	// Every command agents run descends from an exec, which gets this filter.
 	k.seccomp, err = seccomp.Default().Compile(seccomp.NativeArch())
 	if err != nil {
@@ -210,6 +217,9 @@ func (k *Keeper) openDisk() error {
 func (k *Keeper) teardown() {
 	if k.zyg != nil {
 		k.zyg.close()
+	}
+	if k.lazy != nil {
+		k.lazy.close()
 	}
 	if k.reaper != nil {
 		k.reaper.close()

@@ -33,12 +33,14 @@ type box struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	info     SandboxInfo
-	layers   []string // digests acquired, lowest first
-	mounted  bool     // root overlay mounted in our namespace
-	deleting bool
-	execs    map[string]*execProc
-	procs    []string // cgroup.procs files an exec joins, once known
+	info    SandboxInfo
+	layers  []string // digests acquired, lowest first
+	mounted bool     // root overlay mounted in our namespace
+	// layerFailed is set once a failed read of a lazy layer was reported.
+	layerFailed bool
+	deleting    bool
+	execs       map[string]*execProc
+	procs       []string // cgroup.procs files an exec joins, once known
 	// initExit receives the init's wait status (set once it runs);
 	// watched is set once watchInit reads it.
 	initExit <-chan syscall.WaitStatus
@@ -217,7 +219,17 @@ func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 	lowers := make([]string, 0, len(req.Layers))
 	for i := len(req.Layers) - 1; i >= 0; i-- { // overlay wants the top first
 		l := req.Layers[i]
-		view, err := k.layers.Acquire(l.Digest, l.Path)
+		var view string
+		var err error
+		switch {
+		case l.Lazy == nil:
+			view, err = k.layers.Acquire(l.Digest, l.Path)
+		case k.lazy == nil:
+			err = errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"layer %s is stored for lazy loading only, and this node has no blob source: start it with --blob-source", l.Digest)
+		default:
+			view, err = k.layers.AcquireLazy(l.Digest, k.lazy.opener(ctx, l))
+		}
 		if err != nil {
 			return err
 		}

@@ -111,7 +111,10 @@ type Stats struct {
 // ReadError is a failed read of the blob, as given to Config.OnError.
 type ReadError struct {
 	Off, Len int64
-	Err      error
+	// Pid is the process whose read the kernel forwarded (in the server's
+	// pid namespace; 0 when the kernel read on its own behalf).
+	Pid uint32
+	Err error
 }
 
 func (e *ReadError) Error() string {

@@ -229,7 +229,7 @@ func (c *Conn) waiting() int {
 }
 
 // read serves one FUSE read of the file.
-func (c *Conn) read(unique uint64, p []byte, off int64) (int, error) {
+func (c *Conn) read(unique uint64, pid uint32, p []byte, off int64) (int, error) {
 	if off >= c.cfg.Size {
 		return 0, nil
 	}
@@ -250,7 +250,7 @@ func (c *Conn) read(unique uint64, p []byte, off int64) (int, error) {
 	}
 	if err != nil {
 		c.readErrs.Add(1)
-		c.cfg.OnError(&ReadError{Off: off, Len: int64(len(p)), Err: err})
+		c.cfg.OnError(&ReadError{Off: off, Len: int64(len(p)), Pid: pid, Err: err})
 		return 0, err
 	}
 	c.reads.Add(1)
@@ -333,7 +333,7 @@ func (f *blobFS) Read(_ <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Read
 	if in.NodeId != fileID {
 		return nil, fuse.EISDIR
 	}
-	n, err := f.c.read(in.Unique, buf[:min(int(in.Size), len(buf))], int64(in.Offset))
+	n, err := f.c.read(in.Unique, in.Pid, buf[:min(int(in.Size), len(buf))], int64(in.Offset))
 	if err != nil {
 		return nil, fuse.EIO
 	}

@@ -3,6 +3,7 @@ package rootfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -22,7 +23,14 @@ type Layers struct {
 	mu sync.Mutex
 	// guarded by mu
 	refs map[string]int // short name → users
+	// done holds what lazily mounted layers release once unmounted.
+	done map[string]io.Closer // short name → closer
 }
+
+// LazyOpener prepares the mount of a lazy layer when no sandbox uses it
+// yet: it returns the local metadata image, the path of its data device
+// (device=), and what to close once the layer is unmounted (nil: nothing).
+type LazyOpener func() (meta, device string, done io.Closer, err error)
 
 // NewLayers prepares dir to hold layer mounts. userns is an open user
 // namespace file (/proc/PID/ns/user) whose mapping idmapped views take; the
@@ -32,7 +40,7 @@ func NewLayers(dir string, userns *os.File, log *slog.Logger) (*Layers, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("layer mount dir: %w", err)
 	}
-	l := &Layers{dir: dir, userns: userns, log: log, refs: map[string]int{}}
+	l := &Layers{dir: dir, userns: userns, log: log, refs: map[string]int{}, done: map[string]io.Closer{}}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("layer mount dir: %w", err)
@@ -57,7 +65,41 @@ func (l *Layers) Acquire(digest, image string) (string, error) {
 		l.refs[name]++
 		return view, nil
 	}
-	if err := l.mountLayer(name, image); err != nil {
+	if err := l.mountLayer(name, image, ""); err != nil {
+		l.unmountLayer(name)
+		return "", err
+	}
+	l.refs[name] = 1
+	return view, nil
+}
+
+// AcquireLazy is Acquire for a layer mounted from its lazy form: on first
+// use open gives the metadata image and the data device, which EROFS
+// takes as device=.
+func (l *Layers) AcquireLazy(digest string, open LazyOpener) (string, error) {
+	name, err := shortName(digest)
+	if err != nil {
+		return "", err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	view := filepath.Join(l.dir, name, "v")
+	if l.refs[name] > 0 {
+		l.refs[name]++
+		return view, nil
+	}
+	meta, device, done, err := open()
+	if err != nil {
+		return "", fmt.Errorf("lazy layer %s: %w", digest, err)
+	}
+	if done != nil {
+		l.done[name] = done
+	}
+	if strings.ContainsAny(device, ",") {
+		l.unmountLayer(name)
+		return "", fmt.Errorf("lazy layer %s: data device path %q has a comma", digest, device)
+	}
+	if err := l.mountLayer(name, meta, "device="+device); err != nil {
 		l.unmountLayer(name)
 		return "", err
 	}
@@ -89,7 +131,7 @@ func (l *Layers) Mounted() int {
 	return len(l.refs)
 }
 
-func (l *Layers) mountLayer(name, image string) error {
+func (l *Layers) mountLayer(name, image, opts string) error {
 	base := filepath.Join(l.dir, name)
 	raw, view := filepath.Join(base, "r"), filepath.Join(base, "v")
 	for _, d := range []string{raw, view} {
@@ -97,7 +139,7 @@ func (l *Layers) mountLayer(name, image string) error {
 			return fmt.Errorf("mount layer %s: %w", name, err)
 		}
 	}
-	if err := mountRetry(image, raw, "erofs", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+	if err := mountRetry(image, raw, "erofs", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mount EROFS layer %s: %w (is the image a valid EROFS file?)", name, err)
 	}
 	tree, err := unix.OpenTree(unix.AT_FDCWD, raw, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
@@ -128,6 +170,12 @@ func (l *Layers) unmountLayer(name string) {
 	}
 	if err := os.RemoveAll(base); err != nil {
 		l.log.Warn("remove layer dir", "dir", base, "err", err)
+	}
+	if c := l.done[name]; c != nil {
+		delete(l.done, name)
+		if err := c.Close(); err != nil {
+			l.log.Warn("release lazy layer", "layer", name, "err", err)
+		}
 	}
 }
 

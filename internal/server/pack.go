@@ -12,6 +12,7 @@ import (
 	"github.com/dsecproject/dsec/internal/edge"
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/lazylayer"
 )
 
 var (
@@ -80,7 +81,13 @@ func (im *Images) StoreLayer(ctx context.Context, digest string, size int64, r i
 	if desc.Size != size {
 		return errdefs.Newf(errdefs.ErrInternal, "layer %s: stored %d bytes, %d were packed", digest, desc.Size, size)
 	}
-	return im.Cluster.PutLayer(ctx, cluster.Layer{Digest: desc.Digest, Size: desc.Size, MediaType: apiserver.LayerMediaType})
+	l := cluster.Layer{Digest: desc.Digest, Size: desc.Size, MediaType: apiserver.LayerMediaType}
+	if im.LazyLayers {
+		if l.Lazy, err = lazylayer.Make(ctx, im.Blobs, desc.Digest, 0); err != nil {
+			return err
+		}
+	}
+	return im.Cluster.PutLayer(ctx, l)
 }
 
 // ImageConfig implements edge.LayerStore.

@@ -55,6 +55,17 @@ type Config struct {
 	CgroupParent string
 	// DiskQuota is how writable layers are limited (keeper.Config).
 	DiskQuota string
+	// LazyLayers makes stored layers also get their lazy form (a
+	// metadata image and a data blob, see internal/lazylayer).
+	LazyLayers bool
+	// BlobSource, when set ("dir:/path" or "http://host:port"), is where
+	// the node reads lazy layers from: layers with a lazy form are then
+	// mounted without being downloaded. ChunkCache is the node's chunk
+	// cache directory (default <state>/chunks), ChunkCacheSize its cap in
+	// bytes (0: none).
+	BlobSource     string
+	ChunkCache     string
+	ChunkCacheSize int64
 	// WarmPool is how many sandboxes of each recently created shape the
 	// keeper keeps started (0: the default; negative: none; keeper.Config).
 	WarmPool int
@@ -177,6 +188,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	be, err := container.New(ctx, container.Config{
 		StateDir: cfg.StateDir, Runtime: cfg.Runtime, Self: cfg.Self, IDMap: cfg.IDMap,
 		CgroupParent: cfg.CgroupParent, DiskQuota: cfg.DiskQuota, WarmPool: cfg.WarmPool,
+		BlobSource: cfg.BlobSource, ChunkCache: cfg.ChunkCache, ChunkCacheSize: cfg.ChunkCacheSize,
 		Version: cfg.Version, Logger: log,
 	})
 	if err != nil {
@@ -189,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Node:    cfg.Node, StateDir: cfg.StateDir,
 		Backends:       map[string]sandbox.Backend{container.Name: be},
 		DefaultBackend: container.Name,
-		Images:         &Images{Cluster: store, Blobs: blobs},
+		Images:         &Images{Cluster: store, Blobs: blobs, LazyLayers: cfg.LazyLayers, LazyMount: cfg.BlobSource != ""},
 		Defaults:       cfg.Defaults, MemoryOvercommit: cfg.MemoryOvercommit, MemoryReserve: cfg.MemoryReserve,
 		Version: cfg.Version, Logger: log,
 	})
@@ -237,7 +249,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	api := apiserver.New(apiserver.Config{
 		Cluster: store, Blobs: blobs, Watcher: w, Pool: pool,
 		Placer: placement.New(placement.Config{}), DefaultBackend: container.Name,
-		Ready: ready.Load, Logger: log, Metrics: mets,
+		Ready: ready.Load, Logger: log, Metrics: mets, LazyLayers: cfg.LazyLayers,
 	})
 	srv := &http.Server{Handler: api.Handler(), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
 	srvDone := make(chan error, 1)
@@ -381,6 +393,11 @@ func NodeNameFromHost() string {
 type Images struct {
 	Cluster *cluster.Store
 	Blobs   *blobstore.Dir
+	// LazyLayers: StoreLayer also makes the layer's lazy form.
+	LazyLayers bool
+	// LazyMount: layers with a lazy form resolve to it, not to a local
+	// image (the node has a blob source).
+	LazyMount bool
 }
 
 // Resolve implements edge.ImageResolver.
@@ -395,6 +412,18 @@ func (im *Images) Resolve(ctx context.Context, name string) (edge.Image, error) 
 	}
 	out := edge.Image{Name: ref.String(), Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User}
 	for _, d := range img.Layers {
+		if im.LazyMount {
+			l, err := im.Cluster.GetLayer(ctx, d)
+			if err != nil {
+				return edge.Image{}, fmt.Errorf("image %s: %w", ref, err)
+			}
+			if f := l.Lazy; f != nil {
+				out.Layers = append(out.Layers, sandbox.Layer{Digest: d, Lazy: &sandbox.LazyLayer{
+					Meta: f.Meta, Data: f.Data, DataSize: f.DataSize, ChunkSize: f.ChunkSize, ChunkDigests: f.ChunkDigests,
+				}})
+				continue
+			}
+		}
 		p, err := im.Blobs.Path(d)
 		if err != nil {
 			return edge.Image{}, fmt.Errorf("image %s: layer %s: %w", ref, d, err)

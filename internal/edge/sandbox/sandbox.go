@@ -124,8 +124,21 @@ type Capabilities struct {
 type Layer struct {
 	// Digest names the layer, "sha256:<hex>".
 	Digest string
-	// Path is a local file holding the layer's EROFS image.
+	// Path is a local file holding the layer's EROFS image; empty when
+	// the layer is mounted from its lazy form.
 	Path string
+	// Lazy, when set, is the layer's lazy form: the node fetches the
+	// metadata image and mounts the data from its blob source on demand.
+	Lazy *LazyLayer `json:",omitempty"`
+}
+
+// LazyLayer is a layer split for loading on demand (cluster.LazyForm).
+type LazyLayer struct {
+	Meta         string   // digest of the metadata-only EROFS image
+	Data         string   // digest of the data blob (the image's device 1)
+	DataSize     int64    // its size
+	ChunkSize    int64    // the unit of ChunkDigests
+	ChunkDigests []string // "sha256:<hex>" of each chunk of the data blob
 }
 
 // Resources are a sandbox's limits. Zero means the backend's default.
@@ -266,6 +279,9 @@ type EventType string
 const (
 	EventExited EventType = "exited" // its init ended
 	EventOOM    EventType = "oom"    // the kernel killed one of its processes for memory
+	// EventFailed: the sandbox cannot go on (a lazy layer's data could
+	// not be read); Reason says why.
+	EventFailed EventType = "failed"
 )
 
 // Event is a change a backend observed.

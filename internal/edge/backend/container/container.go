@@ -41,6 +41,11 @@ type Config struct {
 	// WarmPool is how many sandboxes of each recently created shape the
 	// keeper keeps started (0: the keeper's default; negative: none).
 	WarmPool int
+	// BlobSource, ChunkCache and ChunkCacheSize are the keeper's lazy
+	// layer settings (keeper.Config).
+	BlobSource     string
+	ChunkCache     string
+	ChunkCacheSize int64
 	// MaxFileBytes caps one WriteFile; default 1 GiB.
 	MaxFileBytes int64
 	// MaxTarBytes caps one tar upload or download; default 4 GiB.
@@ -145,6 +150,15 @@ func (b *Backend) ensureKeeper(ctx context.Context) error {
 	}
 	if b.cfg.WarmPool != 0 {
 		args = append(args, "--warm-pool", fmt.Sprint(b.cfg.WarmPool))
+	}
+	if b.cfg.BlobSource != "" {
+		args = append(args, "--blob-source", b.cfg.BlobSource)
+	}
+	if b.cfg.ChunkCache != "" {
+		args = append(args, "--chunk-cache", b.cfg.ChunkCache)
+	}
+	if b.cfg.ChunkCacheSize != 0 {
+		args = append(args, "--chunk-cache-size", fmt.Sprint(b.cfg.ChunkCacheSize))
 	}
 	return keeper.Start(ctx, b.cfg.Self, b.cfg.StateDir, args)
 }
