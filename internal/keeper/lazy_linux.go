@@ -83,6 +83,10 @@ func (z *lazyLayers) close() {
 func (z *lazyLayers) opener(ctx context.Context, l sandbox.Layer) rootfs.LazyOpener {
 	return func() (string, string, io.Closer, error) {
 		f := l.Lazy
+		if f.ChunkSize != z.cache.ChunkSize() {
+			return "", "", nil, errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"its chunk digests are for %d-byte chunks, the node's chunk cache uses %d", f.ChunkSize, z.cache.ChunkSize())
+		}
 		meta, err := z.fetchMeta(ctx, f.Meta)
 		if err != nil {
 			return "", "", nil, err
