@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -linkmode external -extldflags -static
 TAGS    := netgo,osusergo
 
-.PHONY: help build test test-root test-all lint fmt gen check-gen bench density bench-fusion bench-pack bench-layers clean
+.PHONY: help build test test-root test-all lint fmt gen check-gen bench density bench-fusion bench-pack bench-layers bench-lazy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -63,6 +63,12 @@ LAYERS_FLAGS ?=
 
 bench-layers: build ## composable layers vs per-sandbox tar extraction, 50 sandboxes sharing base + toolkit: JSON, table
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/layers -json bin/bench-layers.json $(LAYERS_FLAGS)
+
+# Extra flags of bench-lazy, e.g. make bench-lazy LAZY_FLAGS='-images 2 -size 100M'.
+LAZY_FLAGS ?=
+
+bench-lazy: build ## lazy vs eager layers from a capped blobserver, 10 images × 5 sandboxes: JSON, table, targets, bin/bench-lazy.png
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/lazy -json bin/bench-lazy.json -png bin/bench-lazy.png $(LAZY_FLAGS)
 
 .PHONY: lazyspike
 LAZYSPIKE_FLAGS ?=
