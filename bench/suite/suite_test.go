@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/dsecproject/dsec/bench/internal/cdfplot"
 	"github.com/dsecproject/dsec/bench/internal/harness"
 )
 
@@ -138,8 +139,8 @@ func TestWritePlot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("decode the plot: %v", err)
 	}
-	if b := img.Bounds(); b.Dx() != plotWidth || b.Dy() != 2*panelHeight {
-		t.Errorf("plot is %v, want %dx%d (two panels)", b, plotWidth, 2*panelHeight)
+	if b := img.Bounds(); b.Dx() != cdfplot.Width || b.Dy() != 2*cdfplot.PanelHeight {
+		t.Errorf("plot is %v, want %dx%d (two panels)", b, cdfplot.Width, 2*cdfplot.PanelHeight)
 	}
 	count := map[color.RGBA]int{}
 	for y := range img.Bounds().Dy() {
@@ -158,18 +159,5 @@ func TestWritePlot(t *testing.T) {
 	}
 	if err := writePlot(path, &Result{}); err == nil {
 		t.Errorf("writePlot(no samples) = nil, want an error")
-	}
-}
-
-func TestGlyphs(t *testing.T) {
-	for r, g := range glyphs {
-		for i, line := range g {
-			if len(line) != 5 || strings.Trim(line, "# ") != "" {
-				t.Errorf("glyph %q row %d = %q, want 5 of '#' or ' '", r, i, line)
-			}
-		}
-	}
-	if glyphFor('D') != glyphs['d'] || glyphFor('→') != glyphs['>'] || glyphFor('€') != glyphs['?'] {
-		t.Errorf("glyphFor maps capitals, arrows or unknowns wrongly")
 	}
 }
