@@ -285,7 +285,7 @@ func copyLayer(ctx context.Context, src, dst *Client, i, n int, l Layer, progres
 	defer rc.Close()
 	var r io.Reader = rc
 	if progress != nil {
-		r = &progressReader{r: rc, f: func(done int64) { progress(i, n, l, done, false) }}
+		r = &progressReader{r: rc, reported: -1, f: func(done int64) { progress(i, n, l, done, false) }}
 	}
 	if _, err := dst.UploadLayer(ctx, r, l.Digest, l.Size); err != nil {
 		return fmt.Errorf("copy layer %d of %d: %w", i+1, n, err)
@@ -293,18 +293,21 @@ func copyLayer(ctx context.Context, src, dst *Client, i, n int, l Layer, progres
 	return nil
 }
 
+// progressReader reports the bytes read so far at most every 200 ms and
+// at the end, never the same count twice (a caller counts "done" once).
 type progressReader struct {
-	r    io.Reader
-	n    int64
-	last time.Time
-	f    func(int64)
+	r        io.Reader
+	n        int64
+	reported int64
+	last     time.Time
+	f        func(int64)
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	p.n += int64(n)
-	if err != nil || time.Since(p.last) > 200*time.Millisecond {
-		p.last = time.Now()
+	if p.n != p.reported && (err != nil || time.Since(p.last) > 200*time.Millisecond) {
+		p.last, p.reported = time.Now(), p.n
 		p.f(p.n)
 	}
 	return n, err
