@@ -123,3 +123,37 @@ func pick(i, k int, files []file, frac float64) []file {
 	}
 	return out
 }
+
+// pickTask returns the files task k of image i reads: a part of frac that
+// every task of the image reads (shared of it: the files of the
+// environment that every run touches, its interpreter and libraries) and
+// the rest chosen by the task alone. shared 0 is pick's independent choice.
+func pickTask(i, k int, files []file, frac, shared float64) []file {
+	if shared <= 0 {
+		return pick(i, k, files, frac)
+	}
+	common := pick(i, -1, files, frac*shared)
+	if shared >= 1 {
+		return common
+	}
+	in := make(map[string]bool, len(common))
+	for _, f := range common {
+		in[f.Path] = true
+	}
+	var rest []file
+	var all, left int64
+	for _, f := range files {
+		all += f.Size
+		if !in[f.Path] {
+			rest = append(rest, f)
+			left += f.Size
+		}
+	}
+	if left == 0 {
+		return common
+	}
+	// pick takes a fraction of what it is given: scale the task's own part
+	// to frac*(1-shared) of the whole layer.
+	own := pick(i, k, rest, min(1, frac*(1-shared)*float64(all)/float64(left)))
+	return append(common, own...)
+}

@@ -24,8 +24,12 @@
 //     without lazy layers.
 //
 // Each mode runs -images × -per-image tasks at -c at once; a task creates
-// a sandbox of its image and reads a fixed random tenth of the image's
-// files (cat | wc -c, checked). It prints a table, the three targets and
+// a sandbox of its image and reads a fixed random tenth (-read) of the
+// image's files (cat | wc -c, checked). By default 80% of what a task
+// reads (-shared) is the same for every task of its image — the files of
+// an environment that every run touches, as in DSec's trace, where all the
+// sandboxes of an image read 4–13% of it in all; -shared 0 makes each
+// task choose all its files independently (five tasks then touch ~41%). It prints a table, the three targets and
 // JSON, and draws the per-task completion times. Run it as root: `make
 // bench-lazy` (or go run ./bench/lazy).
 package main
@@ -73,6 +77,7 @@ func main() {
 	perImage := flag.Int("per-image", 5, "sandboxes (tasks) per image")
 	size := flag.String("size", "500M", "bytes of files in each image's data layer (K, M, G suffixes)")
 	frac := flag.Float64("read", 0.10, "fraction of its image's bytes each task reads")
+	shared := flag.Float64("shared", 0.8, "part of each task's reads that every task of its image reads too (0: tasks choose independently)")
 	conc := flag.Int("c", 8, "tasks at once")
 	rate := flag.String("rate", "200M", "blobserver bandwidth cap, bytes per second (K, M, G suffixes)")
 	latency := flag.Duration("latency", 2*time.Millisecond, "blobserver delay before each response")
@@ -86,10 +91,10 @@ func main() {
 	if *bin == "" {
 		log.Fatal("no dsec binary: pass -bin or set DSEC_BIN (make bench-lazy does)")
 	}
-	if *images < 1 || *perImage < 1 || *conc < 1 || *frac <= 0 || *frac > 1 {
-		log.Fatal("-images, -per-image and -c must be at least 1, -read in (0, 1]")
+	if *images < 1 || *perImage < 1 || *conc < 1 || *frac <= 0 || *frac > 1 || *shared < 0 || *shared > 1 {
+		log.Fatal("-images, -per-image and -c must be at least 1, -read in (0, 1], -shared in [0, 1]")
 	}
-	cfg := Config{Images: *images, PerImage: *perImage, ReadFrac: *frac, Concurrency: *conc,
+	cfg := Config{Images: *images, PerImage: *perImage, ReadFrac: *frac, Shared: *shared, Concurrency: *conc,
 		LatencyMs: float64(*latency) / float64(time.Millisecond), Order: *order}
 	var err error
 	if cfg.Size, err = dsec.ParseSize(*size); err != nil || cfg.Size < 1<<20 {
@@ -409,7 +414,7 @@ func (b *bench) runMode(ctx context.Context, m *Mode, rep *Report) (err error) {
 	t0 := time.Now()
 	err = forEach(ctx, n, b.cfg.Concurrency, func(ctx context.Context, t int) error {
 		i, k := t%b.cfg.Images, t/b.cfg.Images // interleaved: the first tasks hit distinct images
-		picks := pick(i, k, b.files[i], b.cfg.ReadFrac)
+		picks := pickTask(i, k, b.files[i], b.cfg.ReadFrac, b.cfg.Shared)
 		ts := time.Now()
 		if m.Name == modeEager {
 			for _, l := range append(append([]string(nil), b.base...), b.data[i]) {

@@ -46,6 +46,7 @@ type Config struct {
 	PerImage    int     `json:"sandboxes_per_image"`
 	Size        int64   `json:"layer_bytes"`
 	ReadFrac    float64 `json:"read_fraction"`
+	Shared      float64 `json:"shared_fraction"`
 	Concurrency int     `json:"concurrency"`
 	Rate        int64   `json:"blobserver_rate_bytes_per_s"`
 	LatencyMs   float64 `json:"blobserver_latency_ms"`
@@ -178,8 +179,8 @@ func writeTable(w io.Writer, r *Report) {
 		fmt.Fprintf(w, "target: %s %s: %s, %s\n", t.Name, t.Want, got, verdict)
 	}
 	c, l := r.Config, r.Layers
-	fmt.Fprintf(w, "(%d images × %d sandboxes, concurrency %d, each task reads %.0f%% of its image; each data layer %.0f MiB in %d files, %d large; in all: layer images %.0f MiB, lazy data blobs %.0f MiB, metadata images %.1f MiB; blobserver %.0f MB/s, %.1f ms; %d CPUs)\n",
-		c.Images, c.PerImage, c.Concurrency, 100*c.ReadFrac, mib(c.Size), l.Files/max(c.Images, 1), l.LargeFiles/max(c.Images, 1),
+	fmt.Fprintf(w, "(%d images × %d sandboxes, concurrency %d, each task reads %.0f%% of its image, %.0f%% of that shared by the image's tasks; each data layer %.0f MiB in %d files, %d large; in all: layer images %.0f MiB, lazy data blobs %.0f MiB, metadata images %.1f MiB; blobserver %.0f MB/s, %.1f ms; %d CPUs)\n",
+		c.Images, c.PerImage, c.Concurrency, 100*c.ReadFrac, 100*c.Shared, mib(c.Size), l.Files/max(c.Images, 1), l.LargeFiles/max(c.Images, 1),
 		mib(l.ImageBytes), mib(l.DataBytes), mib(l.MetaBytes), float64(c.Rate)/1e6, c.LatencyMs, r.CPUs)
 	if r.Setup != "" {
 		fmt.Fprintf(w, "setup: %s\n", r.Setup)

@@ -94,3 +94,42 @@ func TestPick(t *testing.T) {
 		t.Errorf("pick(3, 0, 10%%) reads %d bytes of %d, want within [%d, %d]", got, large+small, lo, hi)
 	}
 }
+
+func TestPickTaskShares(t *testing.T) {
+	files := layerSpec(2, 500<<20)
+	var total int64
+	for _, f := range files {
+		total += f.Size
+	}
+	set := func(fs []file) map[string]int64 {
+		m := map[string]int64{}
+		for _, f := range fs {
+			m[f.Path] = f.Size
+		}
+		return m
+	}
+	a, b := set(pickTask(2, 0, files, 0.1, 0.8)), set(pickTask(2, 1, files, 0.1, 0.8))
+	var common, got int64
+	for p, n := range a {
+		got += n
+		if _, ok := b[p]; ok {
+			common += n
+		}
+	}
+	if lo, hi := int64(0.07*float64(total)), int64(0.14*float64(total)); got < lo || got > hi {
+		t.Errorf("pickTask(10%%, shared 80%%) reads %d bytes of %d, want within [%d, %d]", got, total, lo, hi)
+	}
+	if frac := float64(common) / float64(got); frac < 0.6 || frac > 0.95 {
+		t.Errorf("two tasks of one image share %.2f of their reads, want about 0.8", frac)
+	}
+	indep := set(pickTask(2, 1, files, 0.1, 0))
+	common = 0
+	for p, n := range a {
+		if _, ok := indep[p]; ok {
+			common += n
+		}
+	}
+	if float64(common) > 0.4*float64(got) {
+		t.Errorf("with shared 0 a task shares %d of %d bytes with another, want independent choices", common, got)
+	}
+}
