@@ -25,7 +25,7 @@
 //
 // Each mode runs -images × -per-image tasks at -c at once; a task creates
 // a sandbox of its image and reads a fixed random tenth (-read) of the
-// image's files (cat | wc -c, checked). By default 80% of what a task
+// image's files (cat to /dev/null; a failed read fails the task). By default 80% of what a task
 // reads (-shared) is the same for every task of its image — the files of
 // an environment that every run touches, as in DSec's trace, where all the
 // sandboxes of an image read 4–13% of it in all; -shared 0 makes each
@@ -516,15 +516,17 @@ func readFiles(ctx context.Context, sb *dsec.Sandbox, picks []file) (int64, erro
 		want += f.Size
 		paths[j] = f.Path
 	}
-	res, err := sb.Shell(ctx, "cat "+strings.Join(paths, " ")+" | wc -c")
+	// cat reads every file to its end (a failed read, such as EIO, is its
+	// exit status and stderr); /dev/null costs nothing, where counting the
+	// bytes through a pipe (wc -c) took a third of the machine's CPU.
+	res, err := sb.Shell(ctx, "cat "+strings.Join(paths, " ")+" >/dev/null")
 	if err != nil {
 		return 0, fmt.Errorf("read exec: %w", err)
 	}
-	got, perr := strconv.ParseInt(strings.TrimSpace(string(res.Stdout)), 10, 64)
-	if res.Code() != 0 || perr != nil || got != want || len(res.Stderr) > 0 {
-		return 0, fmt.Errorf("read %d files: exit %d, read %q bytes, want %d: %s", len(picks), res.Code(), res.Stdout, want, res.Stderr)
+	if res.Code() != 0 || len(res.Stderr) > 0 {
+		return 0, fmt.Errorf("read %d files (%d bytes): exit %d: %s", len(picks), want, res.Code(), res.Stderr)
 	}
-	return got, nil
+	return want, nil
 }
 
 // fetcher pulls layers whole into the node's store through the proxy,
