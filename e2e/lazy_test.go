@@ -302,6 +302,28 @@ func TestLazyLayers(t *testing.T) {
 	if again := src.chunks(form.Data, form.ChunkSize); len(again) != len(got) {
 		t.Errorf("second sandbox fetched %d chunks, want 0", len(again)-len(got))
 	}
+	// dsec up's /metrics shows the keeper's chunk cache: every byte the
+	// source served for the data blob, and the second sandbox's hits.
+	// (The base layer's data comes through the cache too; metadata images
+	// are fetched whole, beside it.)
+	src.mu.Lock()
+	var served, all int64
+	for d, rs := range src.fetched {
+		for _, r := range rs {
+			all += r[1] - r[0]
+			if d == form.Data {
+				served += r[1] - r[0]
+			}
+		}
+	}
+	src.mu.Unlock()
+	mets := scrape(t, p)
+	if v := mets["dsec_chunkcache_fetched_bytes_total"]; v < float64(served) || v > float64(all) {
+		t.Errorf("dsec_chunkcache_fetched_bytes_total = %v, want between the %d bytes of the data layer and the %d of all blobs the source served", v, served, all)
+	}
+	if v := mets["dsec_chunkcache_hits_total"]; v < float64(len(want)) {
+		t.Errorf("dsec_chunkcache_hits_total = %v after a second sandbox read %d cached chunks", v, len(want))
+	}
 
 	// A sandbox that does not use the data layer, to show the node and
 	// its other sandboxes keep working.
@@ -405,4 +427,30 @@ func TestLazyLayers(t *testing.T) {
 			t.Errorf("left mounted after deleting every sandbox: %s", l)
 		}
 	}
+}
+
+// scrape reads dsec up's /metrics into sample name → value, for samples
+// without labels.
+func scrape(t *testing.T, p *platform) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for line := range strings.Lines(string(body)) {
+		name, val, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(val, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out
 }

@@ -6,13 +6,20 @@ import "github.com/prometheus/client_golang/prometheus"
 // metrics, read at each scrape. Register it in the process's registry
 // (internal/metrics: m.Registry.MustRegister(chunkcache.NewCollector(cache))).
 type Collector struct {
-	c *Cache
+	stats func() (Stats, bool)
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
 
 // NewCollector returns a Collector of c's Stats.
-func NewCollector(c *Cache) *Collector { return &Collector{c: c} }
+func NewCollector(c *Cache) *Collector {
+	return &Collector{stats: func() (Stats, bool) { return c.Stats(), true }}
+}
+
+// NewStatsCollector exports the Stats that stats returns at each scrape,
+// from a cache in another process (the node keeper's); it exports nothing
+// while stats reports none (no cache, or its process does not answer).
+func NewStatsCollector(stats func() (Stats, bool)) *Collector { return &Collector{stats: stats} }
 
 var (
 	descBytesFetched = prometheus.NewDesc("dsec_chunkcache_fetched_bytes_total", "Bytes fetched from the blob source.", nil, nil)
@@ -37,7 +44,10 @@ func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (m *Collector) Collect(ch chan<- prometheus.Metric) {
-	st := m.c.Stats()
+	st, ok := m.stats()
+	if !ok {
+		return
+	}
 	counter := func(d *prometheus.Desc, v int64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
@@ -52,7 +62,9 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCachedChunks, prometheus.GaugeValue, float64(st.CachedChunks))
 	buckets := make(map[float64]uint64, len(LatencyBuckets))
 	for i, ub := range LatencyBuckets {
-		buckets[ub] = st.FetchLatency[i]
+		if i < len(st.FetchLatency) {
+			buckets[ub] = st.FetchLatency[i]
+		}
 	}
 	ch <- prometheus.MustNewConstHistogram(descLatency, st.FetchLatencyCount, st.FetchLatencySum, buckets)
 }

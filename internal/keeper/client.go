@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/dsecproject/dsec/internal/chunkcache"
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 )
@@ -120,6 +121,14 @@ func (c *Client) ListExecs(ctx context.Context, id string) ([]sandbox.ExecInfo, 
 	var out []sandbox.ExecInfo
 	err := c.call(ctx, http.MethodGet, "/v1/exec/list", url.Values{"sandbox": {id}}, nil, &out)
 	return out, err
+}
+
+// ChunkCacheStats reports the keeper's chunk cache of lazy layers;
+// NotFound when it has none (no --blob-source).
+func (c *Client) ChunkCacheStats(ctx context.Context) (chunkcache.Stats, error) {
+	var st chunkcache.Stats
+	err := c.call(ctx, http.MethodGet, "/v1/chunkcache/stats", nil, nil, &st)
+	return st, err
 }
 
 // Events waits up to about 30 s for events after cursor.

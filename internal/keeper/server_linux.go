@@ -93,6 +93,13 @@ func (k *Keeper) handler(stop func()) http.Handler {
 		execs, err := k.listExecs(r.URL.Query().Get("sandbox"))
 		reply(w, execs, err)
 	})
+	mux.HandleFunc("GET /v1/chunkcache/stats", func(w http.ResponseWriter, r *http.Request) {
+		if k.lazy == nil {
+			reply(w, nil, errdefs.Newf(errdefs.ErrNotFound, "this keeper has no chunk cache: start dsec up with --blob-source"))
+			return
+		}
+		reply(w, k.lazy.cache.Stats(), nil)
+	})
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		timeout, err := time.ParseDuration(q.Get("timeout"))

@@ -25,6 +25,7 @@ import (
 
 	"github.com/dsecproject/dsec/internal/apiserver"
 	"github.com/dsecproject/dsec/internal/blobstore"
+	"github.com/dsecproject/dsec/internal/chunkcache"
 	"github.com/dsecproject/dsec/internal/cluster"
 	"github.com/dsecproject/dsec/internal/edge"
 	"github.com/dsecproject/dsec/internal/edge/backend/container"
@@ -196,6 +197,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer be.Close()
 	mets := metrics.New()
+	if cfg.BlobSource != "" {
+		// The chunk cache of lazy layers lives in the keeper: its figures
+		// are read from it at each scrape.
+		kc := be.Keeper()
+		mets.Registry.MustRegister(chunkcache.NewStatsCollector(func() (chunkcache.Stats, bool) {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			st, err := kc.ChunkCacheStats(ctx)
+			return st, err == nil
+		}))
+	}
 	ed, err := edge.New(ctx, edge.Config{
 		Metrics: mets,
 		Node:    cfg.Node, StateDir: cfg.StateDir,
