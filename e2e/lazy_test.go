@@ -171,7 +171,9 @@ func TestLazyLayers(t *testing.T) {
 	hs := httptest.NewServer(src)
 	defer hs.Close()
 	p := newPlatform(t, func(p *platform) {
-		p.extra = append(p.extra, "--lazy-layers", "--blob-source", hs.URL, "--warm-pool", "0")
+		// A chunk size other than the default: the layers' chunk digests
+		// and the keeper's cache must agree, or every read fails.
+		p.extra = append(p.extra, "--lazy-layers", "--blob-source", hs.URL, "--warm-pool", "0", "--chunk-size", "512K")
 		src.root.Store(filepath.Join(p.stateDir, "store"))
 	})
 	p.busybox(t)
@@ -217,7 +219,7 @@ func TestLazyLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	form, err := lazylayer.Make(ctx, local, up.Digest, 0)
+	form, err := lazylayer.Make(ctx, local, up.Digest, 512<<10)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -695,3 +695,12 @@ func TestSignalNames(t *testing.T) {
 		}
 	}
 }
+
+func TestUpRefusesBadChunkSizes(t *testing.T) {
+	for _, size := range []string{"3M", "1K", "128M", "x"} {
+		_, errOut, code := dsecRun(t, "http://127.0.0.1:1", "", "up", "--state-dir", t.TempDir(), "--chunk-size", size)
+		if code != 2 || !strings.Contains(errOut, "--chunk-size") {
+			t.Errorf("dsec up --chunk-size %s = exit %d, %q; want a usage error naming the flag", size, code, errOut)
+		}
+	}
+}

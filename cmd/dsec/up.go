@@ -39,6 +39,7 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		lazyLayers                      bool
 		blobSource, chunkCache          string
 		chunkCacheSize                  string
+		chunkSize                       string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -96,6 +97,10 @@ first (see docs/sandboxfusion.md):
 			if err != nil {
 				return usageErrorf("--chunk-cache-size: %v", err)
 			}
+			cSize, err := dsec.ParseSize(chunkSize)
+			if err != nil || cSize < 4096 || cSize > 64<<20 || cSize&(cSize-1) != 0 {
+				return usageErrorf("--chunk-size %q: want a power of two from 4K to 64M, such as 1M", chunkSize)
+			}
 			if fusionPool == 0 {
 				fusionPool = -1 // none; zero is the package default
 			}
@@ -108,7 +113,7 @@ first (see docs/sandboxfusion.md):
 				},
 				StateDir: stateDir, Listen: listen, Node: node, Runtime: runtime,
 				CgroupParent: cgroupParent, DiskQuota: diskQuota, WarmPool: warmPool,
-				LazyLayers: lazyLayers, BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: ccSize,
+				LazyLayers: lazyLayers, BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: ccSize, ChunkSize: cSize,
 				IDMap:            rootfs.IDMap{HostID: uidBase, Size: uidCount},
 				Defaults:         edge.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
@@ -138,6 +143,7 @@ first (see docs/sandboxfusion.md):
 	f.StringVar(&blobSource, "blob-source", "", "where this node reads lazy layers from: dir:/path (a blob store directory) or http://host:port (dsec blobserver); empty mounts every layer from a local image")
 	f.StringVar(&chunkCache, "chunk-cache", "", "directory of the node's chunk cache for lazy layers (default <state-dir>/chunks)")
 	f.StringVar(&chunkCacheSize, "chunk-cache-size", "0", "cap of the chunk cache, e.g. 20G (0: no cap)")
+	f.StringVar(&chunkSize, "chunk-size", "1M", "size of the chunks lazy layers are fetched, verified and cached in: the chunk digests of layers stored with --lazy-layers, and this node's chunk cache (a power of two, 4K-64M; a node refuses layers stored with another size)")
 	return cmd
 }
 
@@ -217,6 +223,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 		warmPool                         int
 		blobSource, chunkCache           string
 		chunkCacheSize                   int64
+		chunkSize                        int64
 	)
 	cmd := &cobra.Command{
 		Use:    "keeper",
@@ -237,7 +244,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 			err := keeper.Run(ctx, keeper.Config{
 				StateDir: g.resolvedStateDir(), Runtime: runtime, CgroupParent: cgroupParent, DiskQuota: diskQuota,
 				WarmPool:   warmPool,
-				BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: chunkCacheSize,
+				BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: chunkCacheSize, ChunkSize: chunkSize,
 				IDMap:   rootfs.IDMap{HostID: uidBase, Size: uidCount},
 				Version: buildVersion(), Logger: log,
 			})
@@ -255,6 +262,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&blobSource, "blob-source", "", "blob source of lazy layers (dir:/path or http://host:port)")
 	f.StringVar(&chunkCache, "chunk-cache", "", "chunk cache directory (default <state>/chunks)")
 	f.Int64Var(&chunkCacheSize, "chunk-cache-size", 0, "chunk cache cap in bytes (0: none)")
+	f.Int64Var(&chunkSize, "chunk-size", 0, "chunk size of the chunk cache in bytes (0: 1 MiB)")
 	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the sandboxes' range")
 	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "size of the range")
 	return cmd

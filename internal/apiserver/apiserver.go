@@ -49,8 +49,10 @@ type Config struct {
 	// Metrics, when set, counts errors and is served at /metrics.
 	Metrics *metrics.Metrics
 	// LazyLayers makes every stored layer also get its lazy form
-	// (internal/lazylayer), so that nodes can mount it on demand.
-	LazyLayers bool
+	// (internal/lazylayer), so that nodes can mount it on demand, with
+	// chunk digests for LazyChunkSize-byte chunks (0: the default).
+	LazyLayers    bool
+	LazyChunkSize int64
 }
 
 // Server serves the public API.

@@ -50,7 +50,7 @@ func (a *imageAPI) UploadLayer(ctx context.Context, stream *connect.ClientStream
 		if old, err := a.s.cfg.Cluster.GetLayer(ctx, desc.Digest); err == nil && old.Lazy != nil {
 			return connect.NewResponse(&imagev1.UploadLayerResponse{Layer: &imagev1.Layer{Digest: old.Digest, Size: old.Size, MediaType: old.MediaType}}), nil
 		}
-		if l.Lazy, err = lazylayer.Make(ctx, a.s.cfg.Blobs, desc.Digest, 0); err != nil {
+		if l.Lazy, err = lazylayer.Make(ctx, a.s.cfg.Blobs, desc.Digest, a.s.cfg.LazyChunkSize); err != nil {
 			return nil, err
 		}
 	}

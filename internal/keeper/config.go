@@ -53,9 +53,12 @@ type Config struct {
 	// layer with a lazy form cannot be mounted.
 	BlobSource string
 	// ChunkCache is the chunk cache directory (default <StateDir>/chunks),
-	// ChunkCacheSize its cap in bytes (default none).
+	// ChunkCacheSize its cap in bytes (default none), ChunkSize its chunk
+	// size (default 1 MiB; layers whose chunk digests were made for
+	// another size are refused).
 	ChunkCache     string
 	ChunkCacheSize int64
+	ChunkSize      int64
 	// LazyReadTimeout bounds one read of a lazy layer's data (default
 	// 30s); past it the read fails with EIO.
 	LazyReadTimeout time.Duration

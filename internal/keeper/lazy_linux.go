@@ -63,7 +63,7 @@ func newLazyLayers(cfg Config, runDir string, log *slog.Logger, failed func(stri
 	if err := lazyfs.MountControl(z.ctl); err != nil {
 		return nil, err
 	}
-	z.cache, err = chunkcache.New(cfg.ChunkCache, src, chunkcache.Options{MaxBytes: cfg.ChunkCacheSize, DirectIO: true})
+	z.cache, err = chunkcache.New(cfg.ChunkCache, src, chunkcache.Options{ChunkSize: cfg.ChunkSize, MaxBytes: cfg.ChunkCacheSize, DirectIO: true})
 	if err != nil {
 		_ = lazyfs.UnmountControl(z.ctl)
 		return nil, fmt.Errorf("chunk cache %s: %w", cfg.ChunkCache, err)

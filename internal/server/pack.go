@@ -83,7 +83,7 @@ func (im *Images) StoreLayer(ctx context.Context, digest string, size int64, r i
 	}
 	l := cluster.Layer{Digest: desc.Digest, Size: desc.Size, MediaType: apiserver.LayerMediaType}
 	if im.LazyLayers {
-		if l.Lazy, err = lazylayer.Make(ctx, im.Blobs, desc.Digest, 0); err != nil {
+		if l.Lazy, err = lazylayer.Make(ctx, im.Blobs, desc.Digest, im.ChunkSize); err != nil {
 			return err
 		}
 	}

@@ -67,6 +67,9 @@ type Config struct {
 	BlobSource     string
 	ChunkCache     string
 	ChunkCacheSize int64
+	// ChunkSize is the chunk size of lazy layers: of the chunk digests
+	// stored with LazyLayers and of the node's chunk cache (0: 1 MiB).
+	ChunkSize int64
 	// WarmPool is how many sandboxes of each recently created shape the
 	// keeper keeps started (0: the default; negative: none; keeper.Config).
 	WarmPool int
@@ -190,7 +193,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		StateDir: cfg.StateDir, Runtime: cfg.Runtime, Self: cfg.Self, IDMap: cfg.IDMap,
 		CgroupParent: cfg.CgroupParent, DiskQuota: cfg.DiskQuota, WarmPool: cfg.WarmPool,
 		BlobSource: cfg.BlobSource, ChunkCache: cfg.ChunkCache, ChunkCacheSize: cfg.ChunkCacheSize,
-		Version: cfg.Version, Logger: log,
+		ChunkSize: cfg.ChunkSize,
+		Version:   cfg.Version, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -213,7 +217,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Node:    cfg.Node, StateDir: cfg.StateDir,
 		Backends:       map[string]sandbox.Backend{container.Name: be},
 		DefaultBackend: container.Name,
-		Images:         &Images{Cluster: store, Blobs: blobs, LazyLayers: cfg.LazyLayers, LazyMount: cfg.BlobSource != ""},
+		Images:         &Images{Cluster: store, Blobs: blobs, LazyLayers: cfg.LazyLayers, LazyMount: cfg.BlobSource != "", ChunkSize: cfg.ChunkSize},
 		Defaults:       cfg.Defaults, MemoryOvercommit: cfg.MemoryOvercommit, MemoryReserve: cfg.MemoryReserve,
 		Version: cfg.Version, Logger: log,
 	})
@@ -261,7 +265,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	api := apiserver.New(apiserver.Config{
 		Cluster: store, Blobs: blobs, Watcher: w, Pool: pool,
 		Placer: placement.New(placement.Config{}), DefaultBackend: container.Name,
-		Ready: ready.Load, Logger: log, Metrics: mets, LazyLayers: cfg.LazyLayers,
+		Ready: ready.Load, Logger: log, Metrics: mets, LazyLayers: cfg.LazyLayers, LazyChunkSize: cfg.ChunkSize,
 	})
 	srv := &http.Server{Handler: api.Handler(), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
 	srvDone := make(chan error, 1)
@@ -405,8 +409,10 @@ func NodeNameFromHost() string {
 type Images struct {
 	Cluster *cluster.Store
 	Blobs   *blobstore.Dir
-	// LazyLayers: StoreLayer also makes the layer's lazy form.
+	// LazyLayers: StoreLayer also makes the layer's lazy form, with chunk
+	// digests for ChunkSize-byte chunks (0: the default).
 	LazyLayers bool
+	ChunkSize  int64
 	// LazyMount: layers with a lazy form resolve to it, not to a local
 	// image (the node has a blob source).
 	LazyMount bool

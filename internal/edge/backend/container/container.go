@@ -46,6 +46,7 @@ type Config struct {
 	BlobSource     string
 	ChunkCache     string
 	ChunkCacheSize int64
+	ChunkSize      int64
 	// MaxFileBytes caps one WriteFile; default 1 GiB.
 	MaxFileBytes int64
 	// MaxTarBytes caps one tar upload or download; default 4 GiB.
@@ -159,6 +160,9 @@ func (b *Backend) ensureKeeper(ctx context.Context) error {
 	}
 	if b.cfg.ChunkCacheSize != 0 {
 		args = append(args, "--chunk-cache-size", fmt.Sprint(b.cfg.ChunkCacheSize))
+	}
+	if b.cfg.ChunkSize != 0 {
+		args = append(args, "--chunk-size", fmt.Sprint(b.cfg.ChunkSize))
 	}
 	return keeper.Start(ctx, b.cfg.Self, b.cfg.StateDir, args)
 }
