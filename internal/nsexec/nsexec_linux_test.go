@@ -406,12 +406,25 @@ func TestExecSeenFromHost(t *testing.T) {
 				p := spawn(t, sp, cfg)
 				defer p.kill(t)
 
-				status := procStatus(t, p.pid)
-				got := map[string]string{}
-				for k := range tt.want {
-					got[k] = status[k]
+				// The spawn returns once the command's close-on-exec pipe
+				// closed, which execve does a moment before it installs the
+				// new credentials: look again for up to a second.
+				var status, got map[string]string
+				var diff string
+				for try := 0; try < 50; try++ {
+					if try > 0 {
+						time.Sleep(20 * time.Millisecond)
+					}
+					status = procStatus(t, p.pid)
+					got = map[string]string{}
+					for k := range tt.want {
+						got[k] = status[k]
+					}
+					if diff = cmp.Diff(tt.want, got); diff == "" {
+						break
+					}
 				}
-				if diff := cmp.Diff(tt.want, got); diff != "" {
+				if diff != "" {
 					t.Errorf("/proc/%d/status differs (-want +got):\n%s", p.pid, diff)
 				}
 				// NSpid: the host pid, then a small pid inside the sandbox.
