@@ -238,8 +238,8 @@ func TestImageSquash(t *testing.T) {
 			t.Fatalf("PackDiff(%s) = %v", packAs, err)
 		}
 	}
-	step("busybox", "rm /bin/ls && mkdir /work && echo one > /work/a && echo gone > /work/b", "ws/env:1")
-	step("ws/env:1", "echo two > /work/a && rm /work/b && mkdir -p /opt/x && echo x > /opt/x/f", "ws/env:2")
+	step("busybox", "rm /bin/ls && mkdir /task && echo one > /task/a && echo gone > /task/b", "ws/env:1")
+	step("ws/env:1", "echo two > /task/a && rm /task/b && mkdir -p /opt/x && echo x > /opt/x/f", "ws/env:2")
 	before, err := c.GetImage(ctx, "ws/env:2")
 	if err != nil || len(before.Layers) != 3 {
 		t.Fatalf("GetImage(ws/env:2) = %+v, %v, want 3 layers", before, err)
@@ -253,7 +253,7 @@ func TestImageSquash(t *testing.T) {
 	if err != nil || len(after.Layers) != 2 || after.Layers[0].Digest != before.Layers[0].Digest {
 		t.Fatalf("GetImage(squashed) = %+v, %v, want busybox's layer and one more", after, err)
 	}
-	const check = "test -e /bin/ls && echo has-ls; cat /work/a; test -e /work/b || echo no-b; cat /opt/x/f; echo hi | cat"
+	const check = "test -e /bin/ls && echo has-ls; cat /task/a; test -e /task/b || echo no-b; cat /opt/x/f; echo hi | cat"
 	want := "two\nno-b\nx\nhi\n"
 	for _, image := range []string{"ws/env:2", "ws/env:2-squashed"} {
 		out, errOut, code := p.cli(t, "", "run", image, "--", "sh", "-c", check)

@@ -110,7 +110,7 @@ func TestImportRoundTrip(t *testing.T) {
 		iSym("data/rel", "keep"),
 		iSym("data/abs", "/bin/busybox"),
 		iSym("data/dangling", "../nowhere"),
-		ie(tar.TypeDir, "data/work/", 0o755, 1000, 1000, ""),
+		ie(tar.TypeDir, "data/task/", 0o755, 1000, 1000, ""),
 		ie(tar.TypeDir, "secret/", 0o700, 1000, 1000, ""),
 		ie(tar.TypeReg, "secret/key", 0o400, 1000, 1000, "k\n"),
 		ie(tar.TypeDir, "shared/", 0o1777, 0, 0, ""),
@@ -161,7 +161,7 @@ func TestImportRoundTrip(t *testing.T) {
 	}
 	img, err = mutate.Config(img, v1.Config{
 		Env:        []string{"PATH=/opt/tools/bin:/usr/bin:/bin", "GREETING=hi there"},
-		WorkingDir: "/data/work",
+		WorkingDir: "/data/task",
 		Cmd:        []string{"sh"},
 	})
 	if err != nil {
@@ -297,7 +297,7 @@ done`
 
 	// The image config applies.
 	for _, tt := range []struct{ cmd, want string }{
-		{"pwd", "/data/work"},
+		{"pwd", "/data/task"},
 		{"echo $PATH", "/opt/tools/bin:/usr/bin:/bin"},
 		{"echo $GREETING", "hi there"},
 		{"hello", "hello from tools"},

@@ -138,7 +138,7 @@ func tarLayer(t *testing.T, b []byte, comp compression.Compression) v1.Layer {
 
 var testConfig = v1.Config{
 	Env:        []string{"PATH=/opt/bin:/usr/bin:/bin", "LANG=C.UTF-8"},
-	WorkingDir: "/work",
+	WorkingDir: "/task",
 	User:       "1000:1000",
 	Entrypoint: []string{"/bin/sh", "-c"},
 	Cmd:        []string{"echo hi"},
@@ -146,7 +146,7 @@ var testConfig = v1.Config{
 
 var wantConfig = Config{
 	Env:        []string{"PATH=/opt/bin:/usr/bin:/bin", "LANG=C.UTF-8"},
-	Workdir:    "/work",
+	Workdir:    "/task",
 	User:       "1000:1000",
 	Entrypoint: []string{"/bin/sh", "-c"},
 	Cmd:        []string{"echo hi"},

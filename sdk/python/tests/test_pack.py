@@ -13,7 +13,7 @@ from libdsec import sync
 class PackTest(LiveTestCase):
     async def test_pack_and_branch(self):
         sb = await self.new_sandbox()
-        r = await sb.run_shell("set -e; mkdir /work; echo step1 > /work/state; chown 1000:1000 /work/state; "
+        r = await sb.run_shell("set -e; mkdir /task; echo step1 > /task/state; chown 1000:1000 /task/state; "
                                "rm /etc/hostname; mkdir -p /tmp/scratch; echo junk > /tmp/scratch/x")
         self.assertEqual(r.exit_code, 0, r.stderr)
         name = support.unique("pypack") + ":1"
@@ -28,18 +28,18 @@ class PackTest(LiveTestCase):
         base = await self.client.get_image(IMAGE)
         self.assertEqual(pk.layers[:-1], [lay.digest for lay in base.layers])
         # The packed sandbox runs on.
-        self.assertEqual((await sb.run_shell("cat /work/state")).stdout, "step1\n")
+        self.assertEqual((await sb.run_shell("cat /task/state")).stdout, "step1\n")
 
         want = "step1 1000\nno hostname\nno scratch\n"
-        check = ("echo $(cat /work/state) $(stat -c %u /work/state); "
+        check = ("echo $(cat /task/state) $(stat -c %u /task/state); "
                  "test -e /etc/hostname && echo hostname || echo no hostname; "
                  "test -e /tmp/scratch && echo scratch || echo no scratch")
         branches = await asyncio.gather(*[self.client.create(name, labels={"job": self.job}, memory="64M")
                                           for _ in range(3)])
         outs = await asyncio.gather(*[b.run_shell(check) for b in branches])
         self.assertEqual([o.stdout for o in outs], [want] * 3)
-        await asyncio.gather(*[b.run_shell("echo %d > /work/mine" % i) for i, b in enumerate(branches)])
-        outs = await asyncio.gather(*[b.run_shell("cat /work/mine") for b in branches])
+        await asyncio.gather(*[b.run_shell("echo %d > /task/mine" % i) for i, b in enumerate(branches)])
+        outs = await asyncio.gather(*[b.run_shell("cat /task/mine") for b in branches])
         self.assertEqual([o.stdout for o in outs], ["0\n", "1\n", "2\n"])
 
         # The same environment from its list of layers.
