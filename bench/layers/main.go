@@ -22,7 +22,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io/fs"
 	"log"
 	"os"
 	"os/signal"
@@ -32,7 +31,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/dsecproject/dsec/bench/internal/harness"
@@ -213,7 +211,7 @@ func (b *bench) generate(ctx context.Context) (tk, ws treeStats, err error) {
 		return tk, ws, fmt.Errorf("toolkit: %w", err)
 	}
 	var mu sync.Mutex
-	err = forEach(ctx, c.N, c.Concurrency, func(ctx context.Context, i int) error {
+	err = harness.ForEach(ctx, c.N, c.Concurrency, func(ctx context.Context, i int) error {
 		st, err := genTree(b.treeRoot(i), treeSpec{seed: uint64(i) + 1, files: c.WSFiles, bytes: c.WSBytes, marker: wsID(i), markerName: "ID"})
 		if err != nil {
 			return fmt.Errorf("workspace %d: %w", i, err)
@@ -258,7 +256,7 @@ func (b *bench) prepLayers(ctx context.Context, m *Mode) error {
 	defer func() { m.PrepMs = ms(time.Since(t0)) }()
 	var mu sync.Mutex
 	b.wsLayers = make([]string, b.cfg.N)
-	err := forEach(ctx, b.cfg.N+1, b.cfg.Concurrency, func(ctx context.Context, j int) error {
+	err := harness.ForEach(ctx, b.cfg.N+1, b.cfg.Concurrency, func(ctx context.Context, j int) error {
 		i := j - 1 // -1 is the toolkit
 		l, err := b.buildUpload(ctx, b.layerRoot(i), filepath.Join(out, fmt.Sprintf("%d.erofs", j)))
 		if err != nil {
@@ -277,7 +275,7 @@ func (b *bench) prepLayers(ctx context.Context, m *Mode) error {
 	if err != nil || b.cfg.Explicit {
 		return err
 	}
-	return forEach(ctx, b.cfg.N, b.cfg.Concurrency, func(ctx context.Context, i int) error {
+	return harness.ForEach(ctx, b.cfg.N, b.cfg.Concurrency, func(ctx context.Context, i int) error {
 		_, err := b.c.CreateImage(ctx, wsImage(i), b.layers(i), b.base.Config)
 		return err
 	})
@@ -322,7 +320,7 @@ func (b *bench) prepTars(ctx context.Context, m *Mode) error {
 	defer func() { m.PrepMs = ms(time.Since(t0)) }()
 	var mu sync.Mutex
 	b.wsTars = make([]string, b.cfg.N)
-	return forEach(ctx, b.cfg.N+1, b.cfg.Concurrency, func(ctx context.Context, j int) error {
+	return harness.ForEach(ctx, b.cfg.N+1, b.cfg.Concurrency, func(ctx context.Context, j int) error {
 		i := j - 1
 		path := filepath.Join(out, fmt.Sprintf("%d.tar", j))
 		size, err := writeTar(b.treeRoot(i), path)
@@ -359,12 +357,12 @@ func (b *bench) round(ctx context.Context, mode string, round int) *Round {
 	}()
 	stateDir := b.d.StateDir()
 	memBefore, _ := harness.MemAvailable()
-	diskBefore := allocated(stateDir)
+	diskBefore := harness.Allocated(stateDir)
 
 	var mu sync.Mutex
 	var sbs []*dsec.Sandbox
 	t0 := time.Now()
-	err := forEach(ctx, b.cfg.N, b.cfg.Concurrency, func(ctx context.Context, i int) error {
+	err := harness.ForEach(ctx, b.cfg.N, b.cfg.Concurrency, func(ctx context.Context, i int) error {
 		ts := time.Now()
 		opts := dsec.CreateOptions{Image: baseImage, Labels: label}
 		if mode == modeLayers {
@@ -422,7 +420,7 @@ func (b *bench) round(ctx context.Context, mode string, round int) *Round {
 	// Flush the sandboxes' file systems, then their images' blocks.
 	unix.Sync()
 	unix.Sync()
-	r.StateDiskBytes = allocated(stateDir) - diskBefore
+	r.StateDiskBytes = harness.Allocated(stateDir) - diskBefore
 	return r
 }
 
@@ -453,54 +451,6 @@ func check(ctx context.Context, sb *dsec.Sandbox, i int) error {
 		return fmt.Errorf("check exec: exit %d, stdout %q, want 0 and %q: %s", res.Code(), res.Stdout, wsID(i), res.Stderr)
 	}
 	return nil
-}
-
-// allocated returns the bytes of the blocks allocated to files under dir
-// on dir's own file system (mounts below it are not entered), each inode
-// once.
-func allocated(dir string) int64 {
-	var root unix.Stat_t
-	if err := unix.Lstat(dir, &root); err != nil {
-		return 0
-	}
-	type devIno struct{ dev, ino uint64 }
-	seen := map[devIno]bool{}
-	var total int64
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // gone while walking
-		}
-		var st unix.Stat_t
-		if unix.Lstat(p, &st) != nil {
-			return nil
-		}
-		if st.Dev != root.Dev {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if k := (devIno{st.Dev, st.Ino}); !seen[k] {
-			seen[k] = true
-			total += st.Blocks * 512
-		}
-		return nil
-	})
-	return total
-}
-
-// forEach runs fn for 0…n-1, at most conc at once; the first error
-// cancels the rest and is returned.
-func forEach(ctx context.Context, n, conc int, fn func(ctx context.Context, i int) error) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(conc, 1))
-	for i := range n {
-		if gctx.Err() != nil {
-			break
-		}
-		g.Go(func() error { return fn(gctx, i) })
-	}
-	return g.Wait()
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -40,7 +40,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log"
 	"net"
 	"net/http"
@@ -55,7 +54,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/dsecproject/dsec/bench/internal/harness"
@@ -255,7 +253,7 @@ func (b *bench) produce(ctx context.Context, rep *Report) (err error) {
 	b.data = make([]string, b.cfg.Images)
 	var mu sync.Mutex
 	// Two at once: building is CPU and disk bound.
-	err = forEach(ctx, b.cfg.Images, 2, func(ctx context.Context, i int) error {
+	err = harness.ForEach(ctx, b.cfg.Images, 2, func(ctx context.Context, i int) error {
 		files := layerSpec(i, b.cfg.Size)
 		l, err := b.buildUpload(ctx, d.Client, i, files, pool)
 		if err != nil {
@@ -405,14 +403,14 @@ func (b *bench) runMode(ctx context.Context, m *Mode, rep *Report) (err error) {
 	fetch := &fetcher{url: b.proxy.URL(), store: local, done: map[string]*fetchOnce{}}
 
 	unix.Sync()
-	diskBefore := allocated(b.state)
+	diskBefore := harness.Allocated(b.state)
 	b.proxy.take()
 	label := map[string]string{"bench": "lazy-" + m.Name}
 	var mu sync.Mutex
 	unique := map[string]bool{}
 	n := b.cfg.Images * b.cfg.PerImage
 	t0 := time.Now()
-	err = forEach(ctx, n, b.cfg.Concurrency, func(ctx context.Context, t int) error {
+	err = harness.ForEach(ctx, n, b.cfg.Concurrency, func(ctx context.Context, t int) error {
 		i, k := t%b.cfg.Images, t/b.cfg.Images // interleaved: the first tasks hit distinct images
 		picks := pickTask(i, k, b.files[i], b.cfg.ReadFrac, b.cfg.Shared)
 		ts := time.Now()
@@ -452,7 +450,7 @@ func (b *bench) runMode(ctx context.Context, m *Mode, rep *Report) (err error) {
 		return err
 	}
 	unix.Sync()
-	m.DiskWriteBytes = allocated(b.state) - diskBefore
+	m.DiskWriteBytes = harness.Allocated(b.state) - diskBefore
 	fetched, reqs := b.proxy.take()
 	m.Requests = reqs
 	metaSet := map[string]bool{}
@@ -581,54 +579,6 @@ func freePort() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-// allocated returns the bytes of the blocks allocated to files under dir
-// on dir's own file system (mounts below it are not entered), each inode
-// once.
-func allocated(dir string) int64 {
-	var root unix.Stat_t
-	if err := unix.Lstat(dir, &root); err != nil {
-		return 0
-	}
-	type devIno struct{ dev, ino uint64 }
-	seen := map[devIno]bool{}
-	var total int64
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // gone while walking
-		}
-		var st unix.Stat_t
-		if unix.Lstat(p, &st) != nil {
-			return nil
-		}
-		if st.Dev != root.Dev {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if k := (devIno{st.Dev, st.Ino}); !seen[k] {
-			seen[k] = true
-			total += st.Blocks * 512
-		}
-		return nil
-	})
-	return total
-}
-
-// forEach runs fn for 0…n-1, at most conc at once; the first error
-// cancels the rest and is returned.
-func forEach(ctx context.Context, n, conc int, fn func(ctx context.Context, i int) error) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(conc, 1))
-	for i := range n {
-		if gctx.Err() != nil {
-			break
-		}
-		g.Go(func() error { return fn(gctx, i) })
-	}
-	return g.Wait()
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

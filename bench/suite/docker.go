@@ -204,7 +204,7 @@ func (c *dockerCreator) cleanup(ctx context.Context) error {
 	}
 	ids := strings.Fields(out)
 	const chunk = 50
-	return forEach(ctx, (len(ids)+chunk-1)/chunk, 4, func(ctx context.Context, i int) error {
+	return harness.ForEach(ctx, (len(ids)+chunk-1)/chunk, 4, func(ctx context.Context, i int) error {
 		_, err := c.d.docker(ctx, append([]string{"rm", "-f"}, ids[i*chunk:min(len(ids), (i+1)*chunk)]...)...)
 		return err
 	})

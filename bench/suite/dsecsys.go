@@ -90,7 +90,7 @@ func (c *dsecCreator) cleanup(ctx context.Context) error {
 // the calls conc at a time.
 func (c *dsecCreator) batch(ctx context.Context, count, conc int) error {
 	calls := (count + dsec.MaxBatch - 1) / dsec.MaxBatch
-	return forEach(ctx, calls, conc, func(ctx context.Context, i int) error {
+	return harness.ForEach(ctx, calls, conc, func(ctx context.Context, i int) error {
 		n := min(dsec.MaxBatch, count-i*dsec.MaxBatch)
 		res, err := c.s.up.Client.BatchCreate(ctx, c.s.opts(map[string]string{"bench": c.label}), n)
 		if err != nil {

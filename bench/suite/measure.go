@@ -8,24 +8,8 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/dsecproject/dsec/bench/internal/harness"
 )
-
-// forEach calls fn for 0 … n-1, conc at a time; the first error stops the
-// calls not yet started and is returned once the running ones end.
-func forEach(ctx context.Context, n, conc int, fn func(ctx context.Context, i int) error) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(conc, 1))
-	for i := range n {
-		if gctx.Err() != nil {
-			break
-		}
-		g.Go(func() error { return fn(gctx, i) })
-	}
-	return g.Wait()
-}
 
 // creator makes long-lived sandboxes of one system: the unit of the burst
 // and idle-memory figures.
@@ -85,7 +69,7 @@ func runFill(ctx context.Context, c creator, count, conc int) (fill, error) {
 		return f, err
 	}
 	t0 := time.Now()
-	err = forEach(ctx, count, conc, c.create)
+	err = harness.ForEach(ctx, count, conc, c.create)
 	f.Elapsed = time.Since(t0)
 	c1, cerr := readCPU(c.roots())
 	if err != nil {

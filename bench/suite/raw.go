@@ -116,7 +116,7 @@ func (r *rawRuntime) deleteAll(ctx context.Context, conc int) error {
 	}
 	r.live = map[string]bool{}
 	r.mu.Unlock()
-	err := forEach(ctx, len(ids), conc, func(ctx context.Context, i int) error {
+	err := harness.ForEach(ctx, len(ids), conc, func(ctx context.Context, i int) error {
 		_, err := r.cmd(ctx, "delete", "--force", ids[i])
 		if rmErr := os.RemoveAll(filepath.Join(r.bundles, ids[i])); err == nil {
 			err = rmErr
