@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -linkmode external -extldflags -static
 TAGS    := netgo,osusergo
 
-.PHONY: help build test test-root test-all lint fmt gen check-gen bench density bench-fusion bench-pack bench-layers bench-lazy clean
+.PHONY: help build test test-root test-all lint fmt gen check-gen fresh-build bench density bench-fusion bench-pack bench-layers bench-lazy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -36,8 +36,12 @@ gen: ## regenerate the protobuf API code
 	scripts/gen.sh
 
 check-gen: ## fail when the generated API code is stale
-	@scripts/gen.sh && git diff --exit-code --stat -- api || \
+	@scripts/gen.sh
+	@git diff --exit-code --stat -- api || \
 		(echo "generated code is stale: run make gen and commit" && exit 1)
+
+fresh-build: ## build and check-gen on a minimal Debian root with only the script's package list (root)
+	scripts/fresh-build.sh
 
 # Extra flags of the benchmarks, e.g. make bench BENCH_FLAGS='-n 5 -burst 50 -idle 50'.
 BENCH_FLAGS   ?=

@@ -1,6 +1,7 @@
 #!/bin/sh
 # test.sh: the README's second command and what CI runs (.ci/run). Installs
 # what the tests need, builds, checks the generated code and formatting,
+# proves on a minimal Debian root that the package list is enough to build,
 # then runs every test with -race: unit tests, root tests that create real
 # sandboxes, and end-to-end tests through the SDK and CLI against a real
 # `dsec up`. Root tests need root; in CI (CI=true) nothing is skipped.
@@ -16,6 +17,8 @@ phase build
 make -s build
 phase "generated code and formatting"
 make -s check-gen lint
+phase "the package list builds dsec on a minimal Debian root"
+scripts/fresh-build.sh
 phase tests
 DSEC_BIN="$(pwd)/bin/dsec" go test -race -count=1 -timeout 20m ./...
 phase done
