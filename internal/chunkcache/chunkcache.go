@@ -470,8 +470,11 @@ func (b *Blob) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	fetchRuns := runs(fetch, max(1, maxRunBytes/cs))
 	aheadRuns := runs(ahead, max(1, maxRunBytes/cs))
-	// Added under mu, so that a Close that saw closed unset waits for them.
-	c.wg.Add(len(verify) + len(fetchRuns) + len(aheadRuns))
+	// Added under mu, so that a Close that saw closed unset waits for them;
+	// counted in flight before the read returns.
+	started := len(verify) + len(fetchRuns) + len(aheadRuns)
+	c.wg.Add(started)
+	c.st.inFlight.Add(int64(started))
 	c.mu.Unlock()
 
 	for _, i := range verify {

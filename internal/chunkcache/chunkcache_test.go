@@ -353,6 +353,39 @@ func TestConcurrentReadersShareFetch(t *testing.T) {
 	}
 }
 
+// A reader of a chunk that another reader's readahead is fetching waits
+// for that fetch instead of sending its own; the fetches in flight count
+// the readahead until it ends.
+func TestReadaheadInFlightIsShared(t *testing.T) {
+	tb := newTestBlob(t)
+	fs, ts := newFaultServer(t, tb.root)
+	gate := make(chan struct{})
+	fs.gate = gate
+	src, _ := blobsource.NewHTTP(ts.URL, blobsource.HTTPOptions{})
+	c := newCache(t, t.TempDir(), src, Options{ChunkSize: cs, Readahead: 3})
+	first := c.Blob(tb.digest, int64(len(tb.data)), tb.chunks)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); read(t, first, tb, 0, cs) }() // chunk 0, readahead 1-3
+	waitFor(t, func() bool { return len(fs.requests()) == 2 })
+	if n := c.Stats().FetchesInFlight; n != 2 {
+		t.Errorf("FetchesInFlight = %d while chunk 0 and its readahead wait, want 2", n)
+	}
+	second := c.Blob(tb.digest, int64(len(tb.data)), tb.chunks)
+	go func() { defer wg.Done(); read(t, second, tb, 2*cs+10, 100) }() // inside chunk 2, being read ahead
+	waitFor(t, func() bool { return c.Stats().Misses == 2 })
+	fs.mu.Lock()
+	fs.gate = nil
+	fs.mu.Unlock()
+	close(gate)
+	wg.Wait()
+	waitFor(t, func() bool { return c.Stats().FetchesInFlight == 0 })
+	c.Close()
+	if diff := cmp.Diff([]string{"0-0", "1-3"}, fs.requests(), anyOrder); diff != "" {
+		t.Errorf("range requests (-want +got):\n%s", diff)
+	}
+}
+
 // The source going away mid-read fails reads with EIO after the retries,
 // within the deadline; cached chunks stay readable.
 func TestSourceDown(t *testing.T) {

@@ -17,10 +17,11 @@ import (
 // startFetch fetches (or, with onDisk, first checks the kept file of) the
 // adjacent chunks run of b, whose entries the caller put in the index in
 // stateFetching. The Cache owns the goroutine; the caller has added it to
-// c.wg.
+// c.wg and to the fetches in flight.
 func (c *Cache) startFetch(b *Blob, run []int64, onDisk bool) {
 	go func() {
 		defer c.wg.Done()
+		defer c.st.inFlight.Add(-1)
 		c.fetchRun(b, run, onDisk)
 	}()
 }

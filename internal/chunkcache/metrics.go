@@ -31,13 +31,14 @@ var (
 	descCorrupt      = prometheus.NewDesc("dsec_chunkcache_corrupt_chunks_total", "Fetched chunks whose digest did not match.", nil, nil)
 	descCachedBytes  = prometheus.NewDesc("dsec_chunkcache_cached_bytes", "Bytes in the chunk cache.", nil, nil)
 	descCachedChunks = prometheus.NewDesc("dsec_chunkcache_cached_chunks", "Chunks in the chunk cache.", nil, nil)
+	descInFlight     = prometheus.NewDesc("dsec_chunkcache_fetches_in_flight", "Fetches from the blob source started and not yet ended (demanded or read ahead).", nil, nil)
 	descLatency      = prometheus.NewDesc("dsec_chunkcache_fetch_duration_seconds", "Duration of range requests to the blob source.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBytesFetched, descFetches, descFetchErrors, descHits, descMisses,
-		descEvictions, descCorrupt, descCachedBytes, descCachedChunks, descLatency} {
+		descEvictions, descCorrupt, descCachedBytes, descCachedChunks, descInFlight, descLatency} {
 		ch <- d
 	}
 }
@@ -60,6 +61,7 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descCorrupt, st.CorruptChunks)
 	ch <- prometheus.MustNewConstMetric(descCachedBytes, prometheus.GaugeValue, float64(st.CachedBytes))
 	ch <- prometheus.MustNewConstMetric(descCachedChunks, prometheus.GaugeValue, float64(st.CachedChunks))
+	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.FetchesInFlight))
 	buckets := make(map[float64]uint64, len(LatencyBuckets))
 	for i, ub := range LatencyBuckets {
 		if i < len(st.FetchLatency) {

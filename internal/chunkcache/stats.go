@@ -17,6 +17,10 @@ type Stats struct {
 	FetchErrors   int64 // failed fetch attempts
 	CachedBytes   int64 // bytes in the cache now
 	CachedChunks  int64 // chunks in the cache now
+	// FetchesInFlight are the fetches (demanded or read ahead) started
+	// and not yet ended. A read counts its readahead here before it
+	// returns, so zero after a read means that read's fetches are done.
+	FetchesInFlight int64
 	// FetchLatency counts fetch attempts by duration: FetchLatency[i]
 	// those that took at most LatencyBuckets[i] seconds (cumulative, as
 	// Prometheus has it); FetchLatencyCount and FetchLatencySum all.
@@ -30,6 +34,7 @@ var LatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25
 
 type counters struct {
 	bytesFetched, fetches, hits, misses, evictions, corrupt, fetchErrors atomic.Int64
+	inFlight                                                             atomic.Int64
 
 	mu      sync.Mutex
 	buckets []uint64 // guarded by mu; not cumulative
@@ -65,6 +70,8 @@ func (c *Cache) Stats() Stats {
 		Evictions:     c.st.evictions.Load(),
 		CorruptChunks: c.st.corrupt.Load(),
 		FetchErrors:   c.st.fetchErrors.Load(),
+
+		FetchesInFlight: c.st.inFlight.Load(),
 	}
 	c.mu.Lock()
 	st.CachedBytes = c.cached
