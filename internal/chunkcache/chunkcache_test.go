@@ -751,6 +751,7 @@ func TestCollector(t *testing.T) {
 		"dsec_chunkcache_corrupt_chunks_total":         0,
 		"dsec_chunkcache_cached_bytes":                 2 * cs,
 		"dsec_chunkcache_cached_chunks":                2,
+		"dsec_chunkcache_fetches_in_flight":            0,
 		"dsec_chunkcache_fetch_duration_seconds_count": 1,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
