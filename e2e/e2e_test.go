@@ -31,8 +31,8 @@ func ctxT(t *testing.T) context.Context {
 // TestPlatform drives one dsec up through the SDK and the CLI.
 func TestPlatform(t *testing.T) {
 	p := newPlatform(t)
-	p.busybox(t)
-	admin := p.client(t, p.adminKey(t))
+	p.Busybox(t)
+	admin := p.Client(t, p.AdminKey(t))
 	t.Run("SDKLifecycle", func(t *testing.T) { testSDKLifecycle(t, p, admin) })
 	t.Run("CLI", func(t *testing.T) { testCLI(t, p) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, p, admin) })
@@ -41,7 +41,7 @@ func TestPlatform(t *testing.T) {
 	t.Run("BrokenUpload", func(t *testing.T) { testBrokenUpload(t, p, admin) })
 	t.Run("ListDirLinks", func(t *testing.T) { testListDirLinks(t, p, admin) })
 	t.Run("NothingLeft", func(t *testing.T) {
-		if left := p.footprint(t); len(left) > 0 {
+		if left := p.Footprint(); len(left) > 0 {
 			t.Errorf("after the tests deleted their sandboxes, left: %v", left)
 		}
 	})
@@ -124,53 +124,53 @@ func testSDKLifecycle(t *testing.T, p *platform, c *dsec.Client) {
 }
 
 func testCLI(t *testing.T, p *platform) {
-	out, errOut, code := p.cli(t, "", "run", "busybox", "--", "sh", "-c", "echo hi; echo err >&2; exit 3")
+	out, errOut, code := p.CLI(t, "", "run", "busybox", "--", "sh", "-c", "echo hi; echo err >&2; exit 3")
 	if out != "hi\n" || errOut != "err\n" || code != 3 {
 		t.Errorf("dsec run = %q, %q, exit %d; want hi, err, 3", out, errOut, code)
 	}
-	_, _, code = p.cli(t, "", "run", "busybox", "--", "sh", "-c", "kill -9 $$")
+	_, _, code = p.CLI(t, "", "run", "busybox", "--", "sh", "-c", "kill -9 $$")
 	if code != 128+9 {
 		t.Errorf("dsec run of a command killed by SIGKILL exited %d, want 137", code)
 	}
-	out, _, code = p.cli(t, "", "run", "-d", "--count", "2", "--label", "job=cli", "--memory", "64M", "busybox")
+	out, _, code = p.CLI(t, "", "run", "-d", "--count", "2", "--label", "job=cli", "--memory", "64M", "busybox")
 	ids := strings.Fields(out)
 	if code != 0 || len(ids) != 2 {
 		t.Fatalf("dsec run -d --count 2 = %q, exit %d", out, code)
 	}
-	out, _, _ = p.cli(t, "", "ps", "-q", "-l", "job=cli")
+	out, _, _ = p.CLI(t, "", "ps", "-q", "-l", "job=cli")
 	got := strings.Fields(out)
 	sort.Strings(got)
 	sort.Strings(ids)
 	if !cmp.Equal(got, ids) {
 		t.Errorf("dsec ps -q -l job=cli = %v, want %v", got, ids)
 	}
-	out, _, _ = p.cli(t, "", "ps")
+	out, _, _ = p.CLI(t, "", "ps")
 	if !strings.Contains(out, ids[0]) || !strings.Contains(out, "running") || !strings.Contains(out, "job=cli") {
 		t.Errorf("dsec ps table lacks the sandbox:\n%s", out)
 	}
-	out, _, code = p.cli(t, "", "ps", "-o", "json", "-l", "job=cli")
+	out, _, code = p.CLI(t, "", "ps", "-o", "json", "-l", "job=cli")
 	if code != 0 || !strings.Contains(out, `"ID": "`+ids[0]) {
 		t.Errorf("dsec ps -o json = %s", out)
 	}
 	id := ids[0]
-	out, errOut, code = p.cli(t, "", "exec", id, "--", "no-such-tool", "--help")
+	out, errOut, code = p.CLI(t, "", "exec", id, "--", "no-such-tool", "--help")
 	if code != 127 || !strings.Contains(errOut, "no-such-tool: command not found") {
 		t.Errorf("exec of a missing command = %q, %q, exit %d; want 127 with a message", out, errOut, code)
 	}
-	out, _, code = p.cli(t, "some input", "exec", "-i", "-e", "X=1", "-w", "/tmp", id, "--", "sh", "-c", "cat; echo \" $X $(pwd)\"")
+	out, _, code = p.CLI(t, "some input", "exec", "-i", "-e", "X=1", "-w", "/tmp", id, "--", "sh", "-c", "cat; echo \" $X $(pwd)\"")
 	if out != "some input 1 /tmp\n" || code != 0 {
 		t.Errorf("exec -i -e -w = %q, exit %d", out, code)
 	}
-	out, _, code = p.cli(t, "", "exec", "-d", id, "--", "sh", "-c", "sleep 0.2; echo bg > /tmp/bg")
+	out, _, code = p.CLI(t, "", "exec", "-d", id, "--", "sh", "-c", "sleep 0.2; echo bg > /tmp/bg")
 	if code != 0 || !strings.HasPrefix(strings.TrimSpace(out), "x") {
 		t.Errorf("exec -d = %q, exit %d; want an exec ID", out, code)
 	}
 	time.Sleep(500 * time.Millisecond)
-	out, _, _ = p.cli(t, "", "exec", id, "--", "cat", "/tmp/bg")
+	out, _, _ = p.CLI(t, "", "exec", id, "--", "cat", "/tmp/bg")
 	if out != "bg\n" {
 		t.Errorf("a detached exec's file = %q, want bg", out)
 	}
-	_, _, code = p.cli(t, "", "exec", "--timeout", "200ms", id, "--", "sleep", "5")
+	_, _, code = p.CLI(t, "", "exec", "--timeout", "200ms", id, "--", "sleep", "5")
 	if code != 124 {
 		t.Errorf("exec --timeout exited %d, want 124", code)
 	}
@@ -179,31 +179,31 @@ func testCLI(t *testing.T, p *platform) {
 	if err := os.WriteFile(local, []byte("copied\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, e, code := p.cli(t, "", "cp", local, id+":/work/f.txt"); code != 0 {
+	if _, e, code := p.CLI(t, "", "cp", local, id+":/work/f.txt"); code != 0 {
 		t.Fatalf("cp in: %s", e)
 	}
-	out, _, _ = p.cli(t, "", "exec", id, "--", "stat", "-c", "%a", "/work/f.txt")
+	out, _, _ = p.CLI(t, "", "exec", id, "--", "stat", "-c", "%a", "/work/f.txt")
 	if out != "640\n" {
 		t.Errorf("mode of the copied file = %q, want 640", out)
 	}
 	back := filepath.Join(t.TempDir(), "back.txt")
-	if _, e, code := p.cli(t, "", "cp", id+":/work/f.txt", back); code != 0 {
+	if _, e, code := p.CLI(t, "", "cp", id+":/work/f.txt", back); code != 0 {
 		t.Fatalf("cp out: %s", e)
 	}
 	if b, _ := os.ReadFile(back); string(b) != "copied\n" {
 		t.Errorf("copied back %q", b)
 	}
-	out, _, _ = p.cli(t, "", "cp", id+":/etc/hostname", "-")
+	out, _, _ = p.CLI(t, "", "cp", id+":/etc/hostname", "-")
 	if out != "dsec\n" {
 		t.Errorf("cp to stdout = %q", out)
 	}
-	out, _, code = p.cli(t, "", "rm", "-l", "job=cli")
+	out, _, code = p.CLI(t, "", "rm", "-l", "job=cli")
 	got = strings.Fields(out)
 	sort.Strings(got)
 	if code != 0 || !cmp.Equal(got, ids) {
 		t.Errorf("dsec rm -l job=cli = %v, exit %d; want %v", got, code, ids)
 	}
-	out, _, _ = p.cli(t, "", "ps", "-q")
+	out, _, _ = p.CLI(t, "", "ps", "-q")
 	if strings.TrimSpace(out) != "" {
 		t.Errorf("dsec ps after rm = %q, want none", out)
 	}
@@ -230,16 +230,16 @@ func testBadInput(t *testing.T, p *platform, c *dsec.Client) {
 	if _, err := c.Get(ctx, "other-aaaaaaaaaaaa"); !errors.Is(err, dsec.ErrNotFound) {
 		t.Errorf("Get(ID of an unknown node) = %v, want NotFound", err)
 	}
-	_, errOut, code := p.cli(t, "", "run", "--memory", "12Q", "busybox", "--", "true")
+	_, errOut, code := p.CLI(t, "", "run", "--memory", "12Q", "busybox", "--", "true")
 	if code == 0 || !strings.Contains(errOut, "12Q") {
 		t.Errorf("run --memory 12Q = %q, exit %d; want a message quoting the size", errOut, code)
 	}
-	wrong := p.client(t, "dsk_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+	wrong := p.Client(t, "dsk_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
 	if _, err := wrong.List(ctx, nil); !errors.Is(err, dsec.ErrUnauthenticated) {
 		t.Errorf("List with a wrong key = %v, want Unauthenticated", err)
 	}
 	// No key at all, over plain HTTP.
-	resp, err := http.Post("http://"+p.addr+"/dsec.sandbox.v1.SandboxService/List", "application/json", strings.NewReader("{}"))
+	resp, err := http.Post("http://"+p.Addr+"/dsec.sandbox.v1.SandboxService/List", "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func testProjects(t *testing.T, p *platform, admin *dsec.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := p.client(t, secretA), p.client(t, secretB)
+	a, b := p.Client(t, secretA), p.Client(t, secretB)
 	if _, _, err := a.CreateKey(ctx, dsec.KeyOptions{Name: "x"}); !errors.Is(err, dsec.ErrPermissionDenied) {
 		t.Errorf("CreateKey with a non-admin key = %v, want PermissionDenied", err)
 	}
@@ -308,11 +308,11 @@ func testProjects(t *testing.T, p *platform, admin *dsec.Client) {
 		t.Errorf("admin List = %d sandboxes, want 1", len(l))
 	}
 	// The CLI's `key create` prints a working key.
-	out, _, code := p.cli(t, "", "key", "create", "--project", "team-a")
+	out, _, code := p.CLI(t, "", "key", "create", "--project", "team-a")
 	if code != 0 || !strings.HasPrefix(out, "dsk_") {
 		t.Fatalf("dsec key create = %q, exit %d", out, code)
 	}
-	if l, err := p.client(t, strings.TrimSpace(out)).List(ctx, nil); err != nil || len(l) != 1 {
+	if l, err := p.Client(t, strings.TrimSpace(out)).List(ctx, nil); err != nil || len(l) != 1 {
 		t.Errorf("List with the CLI-made key = %v, %v; want team-a's sandbox", l, err)
 	}
 }
@@ -323,10 +323,10 @@ func testProjects(t *testing.T, p *platform, admin *dsec.Client) {
 // nothing behind.
 func TestKill9Restart(t *testing.T) {
 	p := newPlatform(t)
-	p.busybox(t)
-	c := p.client(t, p.adminKey(t))
+	p.Busybox(t)
+	c := p.Client(t, p.AdminKey(t))
 	ctx := ctxT(t)
-	before := p.footprint(t)
+	before := p.Footprint()
 	res, err := c.BatchCreate(ctx, dsec.CreateOptions{Image: "busybox", Memory: 64 << 20, Labels: map[string]string{"job": "restart"}}, 20)
 	if err != nil {
 		t.Fatal(err)
@@ -364,10 +364,10 @@ func TestKill9Restart(t *testing.T) {
 		}()
 	}
 	time.Sleep(800 * time.Millisecond)
-	p.kill9(t)
+	p.Kill9(t)
 	wg.Wait()
-	p.start(t)
-	c2 := p.client(t, p.adminKey(t))
+	p.Start(t)
+	c2 := p.Client(t, p.AdminKey(t))
 	var want strings.Builder
 	for i := 1; i <= lines; i++ {
 		fmt.Fprintf(&want, "line%d\n", i)
@@ -403,11 +403,11 @@ func TestKill9Restart(t *testing.T) {
 			t.Errorf("exec in %s after restart = %q, %v", sb.ID, r.Stdout, err)
 		}
 	}
-	out, _, code := p.cli(t, "", "rm", "-l", "job=restart")
+	out, _, code := p.CLI(t, "", "rm", "-l", "job=restart")
 	if code != 0 || len(strings.Fields(out)) != 20 {
 		t.Errorf("dsec rm -l job=restart = %q, exit %d; want 20 IDs", out, code)
 	}
-	after := p.footprint(t)
+	after := p.Footprint()
 	if d := cmp.Diff(before, after); d != "" {
 		t.Errorf("after deleting the 20 sandboxes the host differs (-before +after):\n%s", d)
 	}
@@ -417,13 +417,13 @@ func TestKill9Restart(t *testing.T) {
 // port fails start-up with a message naming the flag.
 func TestUpDetached(t *testing.T) {
 	p := newPlatform(t) // owns cleanup of a state dir; stopped and reused below
-	p.stop(t)
-	cmd := exec.Command(p.bin, "up", "-d", "--state-dir", p.stateDir, "--listen", p.addr, "--cgroup-parent", p.cgroupParent, "--node", "e2e", "--sandboxfusion-listen=")
+	p.Stop(t)
+	cmd := exec.Command(p.Bin, "up", "-d", "--state-dir", p.StateDir, "--listen", p.Addr, "--cgroup-parent", p.CgroupParent, "--node", "e2e", "--sandboxfusion-listen=")
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "dsec is up at http://"+p.addr) {
+	if err != nil || !strings.Contains(string(out), "dsec is up at http://"+p.Addr) {
 		t.Fatalf("dsec up -d = %q, %v", out, err)
 	}
-	resp, err := http.Get("http://" + p.addr + "/healthz")
+	resp, err := http.Get("http://" + p.Addr + "/healthz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("healthz after up -d = %v, %v", resp, err)
 	}
@@ -436,17 +436,17 @@ func TestUpDetached(t *testing.T) {
 	defer ln.Close()
 	other, _ := os.MkdirTemp("", "dsec-e2e-busy-")
 	defer os.RemoveAll(other)
-	out, err = exec.Command(p.bin, "up", "-d", "--state-dir", other, "--listen", ln.Addr().String(), "--cgroup-parent", p.cgroupParent+"x", "--sandboxfusion-listen=").CombinedOutput()
+	out, err = exec.Command(p.Bin, "up", "-d", "--state-dir", other, "--listen", ln.Addr().String(), "--cgroup-parent", p.CgroupParent+"x", "--sandboxfusion-listen=").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--listen") {
 		t.Errorf("dsec up -d on a busy port = %q, %v; want a failure naming --listen", out, err)
 	}
 	// Stop the detached one: SIGTERM through its pid file-less process.
-	pids, _ := exec.Command("pgrep", "-f", "up --state-dir "+p.stateDir).Output()
+	pids, _ := exec.Command("pgrep", "-f", "up --state-dir "+p.StateDir).Output()
 	for _, pid := range strings.Fields(string(pids)) {
 		_ = exec.Command("kill", pid).Run()
 	}
 	for range 200 {
-		if _, err := http.Get("http://" + p.addr + "/healthz"); err != nil {
+		if _, err := http.Get("http://" + p.Addr + "/healthz"); err != nil {
 			break
 		}
 		time.Sleep(25 * time.Millisecond)

@@ -33,7 +33,7 @@ func testListDirLinks(t *testing.T, p *platform, c *dsec.Client) {
 			t.Errorf("ListDir(/w): %s = %q, want %q", name, got[name], w)
 		}
 	}
-	out, errOut, code := p.cli(t, "", "fs", "ls", sb.ID+":/w")
+	out, errOut, code := p.CLI(t, "", "fs", "ls", sb.ID+":/w")
 	if code != 0 || !strings.Contains(out, "rel -> f\n") || !strings.Contains(out, "magic -> /proc/self/root\n") {
 		t.Errorf("dsec fs ls = %q, %q, exit %d; want the links' targets", out, errOut, code)
 	}

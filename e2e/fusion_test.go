@@ -29,16 +29,16 @@ func TestFusion(t *testing.T) {
 	testenv.RequireRoot(t)
 	_, err := exec.LookPath("mmdebstrap")
 	testenv.Require(t, err == nil, "mmdebstrap not installed (apt-get install mmdebstrap)")
-	p := newPlatform(t, func(p *platform) { p.fusionAddr = freePort(t) })
+	p := newPlatform(t, func(p *platform) { p.FusionAddr = freePort(t) })
 	start := time.Now()
 	cmd := exec.Command(filepath.Join(testenv.ModuleRoot(), "scripts", "sandboxfusion-images.sh"))
-	cmd.Env = append(os.Environ(), "DSEC="+p.bin, "DSEC_ADDR=http://"+p.addr, "DSEC_STATE_DIR="+p.stateDir, "DSEC_API_KEY=")
+	cmd.Env = append(os.Environ(), "DSEC="+p.Bin, "DSEC_ADDR=http://"+p.Addr, "DSEC_STATE_DIR="+p.StateDir, "DSEC_API_KEY=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("build the SandboxFusion images: %v\n%s", err, out)
 	}
 	t.Logf("images built in %.0fs:\n%s", time.Since(start).Seconds(), out)
-	f := &fusionClient{url: "http://" + p.fusionAddr}
+	f := &fusionClient{url: "http://" + p.FusionAddr}
 
 	t.Run("Behaviours", func(t *testing.T) { testFusionBehaviours(t, p, f) })
 	t.Run("Isolation", func(t *testing.T) { testFusionIsolation(t, p, f) })
@@ -84,7 +84,7 @@ func str(p *string) string {
 }
 
 func testFusionBehaviours(t *testing.T, p *platform, f *fusionClient) {
-	_, apiPort, _ := net.SplitHostPort(p.addr)
+	_, apiPort, _ := net.SplitHostPort(p.Addr)
 	type check func(t *testing.T, r *fusion.RunCodeResponse)
 	stdoutIs := func(want string) check {
 		return func(t *testing.T, r *fusion.RunCodeResponse) {
@@ -271,7 +271,7 @@ func testFusionBehaviours(t *testing.T, p *platform, f *fusionClient) {
 // their sandboxes are deleted.
 func testFusionIsolation(t *testing.T, p *platform, f *fusionClient) {
 	ctx := ctxT(t)
-	admin := p.client(t, p.adminKey(t))
+	admin := p.Client(t, p.AdminKey(t))
 	marker := "leak-" + randHex(4)
 	r := f.run(t, map[string]any{"language": "bash", "code": "echo " + marker + " > /tmp/leak; echo " + marker + " > leak.txt; (sleep 600 &); hostname"})
 	first := str(r.RunResult.Stdout)
@@ -379,11 +379,11 @@ func testFusionAcceptance(t *testing.T, p *platform, f *fusionClient) {
 		}
 	})
 	t.Run("CLI", func(t *testing.T) {
-		out, errOut, code := p.cli(t, "", "eval", filepath.Join(dir, "mbpp_python.jsonl"), "--url", f.url, "--concurrency", "2", "--limit", "5")
+		out, errOut, code := p.CLI(t, "", "eval", filepath.Join(dir, "mbpp_python.jsonl"), "--url", f.url, "--concurrency", "2", "--limit", "5")
 		if code != 0 || !strings.Contains(out, "5/5 passed") || !strings.Contains(out, "problems/s at concurrency 2") {
 			t.Errorf("dsec eval = %q, %q, exit %d", out, errOut, code)
 		}
-		out, _, code = p.cli(t, "", "eval", filepath.Join(dir, "mbpp_python.jsonl"), "--url", f.url+"/run_code", "--solution", "empty", "--limit", "3", "-o", "json")
+		out, _, code = p.CLI(t, "", "eval", filepath.Join(dir, "mbpp_python.jsonl"), "--url", f.url+"/run_code", "--solution", "empty", "--limit", "3", "-o", "json")
 		var rep struct {
 			Summary codeeval.Summary
 			Results []codeeval.Result
@@ -439,7 +439,7 @@ func testFusionStartUp(t *testing.T, p *platform) {
 		{"0.0.0.0:0", "--sandboxfusion-key-file"},
 	} {
 		dir := t.TempDir()
-		cmd := exec.Command(p.bin, "up", "--state-dir", dir, "--listen", freePort(t), "--cgroup-parent", p.cgroupParent+"x",
+		cmd := exec.Command(p.Bin, "up", "--state-dir", dir, "--listen", freePort(t), "--cgroup-parent", p.CgroupParent+"x",
 			"--sandboxfusion-listen", c.listen)
 		done := make(chan struct{})
 		var out []byte

@@ -16,7 +16,7 @@ import (
 // its one layer's digest.
 func (p *platform) buildImage(t *testing.T, c *dsec.Client, name, root string, flags ...string) string {
 	t.Helper()
-	out, errOut, code := p.cli(t, "", append([]string{"image", "build", name, "--from-dir", root}, flags...)...)
+	out, errOut, code := p.CLI(t, "", append([]string{"image", "build", name, "--from-dir", root}, flags...)...)
 	if code != 0 || strings.TrimSpace(out) != name {
 		t.Fatalf("dsec image build %s = %q, %q, exit %d", name, out, errOut, code)
 	}
@@ -29,7 +29,7 @@ func (p *platform) buildImage(t *testing.T, c *dsec.Client, name, root string, f
 
 // blobPath is where the platform's store keeps a layer's bytes.
 func (p *platform) blobPath(digest string) string {
-	return filepath.Join(p.stateDir, "store", "sha256", strings.TrimPrefix(digest, "sha256:"))
+	return filepath.Join(p.StateDir, "store", "sha256", strings.TrimPrefix(digest, "sha256:"))
 }
 
 func (p *platform) hasBlob(digest string) bool {
@@ -40,7 +40,7 @@ func (p *platform) hasBlob(digest string) bool {
 // cliJSON runs the CLI, wants exit 0, and decodes its JSON output into v.
 func (p *platform) cliJSON(t *testing.T, v any, args ...string) {
 	t.Helper()
-	out, errOut, code := p.cli(t, "", args...)
+	out, errOut, code := p.CLI(t, "", args...)
 	if code != 0 {
 		t.Fatalf("dsec %v = exit %d: %s", args, code, errOut)
 	}
@@ -72,7 +72,7 @@ func removed(r dsec.GCResult) []string {
 // nothing; df adds up.
 func TestImageHousekeeping(t *testing.T) {
 	p := newPlatform(t)
-	c := p.client(t, p.adminKey(t))
+	c := p.Client(t, p.AdminKey(t))
 	ctx := ctxT(t)
 	root := testenv.BusyboxRootfs(t)
 	// Two names for the same busybox layer, and a small image of its own.
@@ -88,11 +88,11 @@ func TestImageHousekeeping(t *testing.T) {
 		du.SharedBytes+du.UniqueBytes+du.UnreferencedInUseBytes+du.ReclaimableBytes != du.TotalBytes {
 		t.Errorf("dsec image df = %+v, want 2 layers (1 shared, 1 unique) in 3 images, adding up", du)
 	}
-	out, _, code := p.cli(t, "", "image", "ls")
+	out, _, code := p.CLI(t, "", "image", "ls")
 	if code != 0 || !strings.Contains(out, "LAYERS") || !strings.Contains(out, "tk/harness:12") {
 		t.Errorf("dsec image ls = %q, exit %d, want a table with layer counts and sizes", out, code)
 	}
-	out, _, code = p.cli(t, "", "image", "inspect", "tk/harness:12")
+	out, _, code = p.CLI(t, "", "image", "inspect", "tk/harness:12")
 	if code != 0 || !strings.Contains(out, bb) || !strings.Contains(out, "base/py310:3") {
 		t.Errorf("dsec image inspect = %q, exit %d, want the layer and the image sharing it", out, code)
 	}
@@ -101,11 +101,11 @@ func TestImageHousekeeping(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Create(tk/harness:12) = %v", err)
 	}
-	out, errOut, code := p.cli(t, "", "image", "rm", "tk/harness:12", "base/py310:3", "ws/sphinx-9658:1")
+	out, errOut, code := p.CLI(t, "", "image", "rm", "tk/harness:12", "base/py310:3", "ws/sphinx-9658:1")
 	if code != 0 || strings.Fields(out)[0] != "tk/harness:12" || len(strings.Fields(out)) != 3 {
 		t.Fatalf("dsec image rm = %q, %q, exit %d", out, errOut, code)
 	}
-	if _, _, code := p.cli(t, "", "image", "inspect", "tk/harness:12"); code == 0 {
+	if _, _, code := p.CLI(t, "", "image", "inspect", "tk/harness:12"); code == 0 {
 		t.Error("dsec image inspect of a removed image succeeded")
 	}
 	p.cliJSON(t, &du, "image", "df", "-o", "json")
@@ -156,32 +156,32 @@ func TestImageHousekeeping(t *testing.T) {
 // store, both ways, and refuses a corrupt layer.
 func TestImagePushPull(t *testing.T) {
 	a, b := newPlatform(t), newPlatform(t)
-	ca, cb := a.client(t, a.adminKey(t)), b.client(t, b.adminKey(t))
+	ca, cb := a.Client(t, a.AdminKey(t)), b.Client(t, b.AdminKey(t))
 	ctx := ctxT(t)
 	bb := a.buildImage(t, ca, "base/py310:3", testenv.BusyboxRootfs(t), "--env", "FOO=bar", "--workdir", "/tmp")
 
 	// push: a → b; the sandbox on b runs from the pushed image, with its
 	// config.
-	out, errOut, code := a.cli(t, "", "image", "push", "base/py310:3", "--to", "http://"+b.addr, "--to-state-dir", b.stateDir)
+	out, errOut, code := a.CLI(t, "", "image", "push", "base/py310:3", "--to", "http://"+b.Addr, "--to-state-dir", b.StateDir)
 	if code != 0 || strings.TrimSpace(out) != "base/py310:3" || !strings.Contains(errOut, "1 layers copied") {
 		t.Fatalf("dsec image push = %q, %q, exit %d", out, errOut, code)
 	}
 	if !b.hasBlob(bb) {
 		t.Errorf("after push, b lacks the blob of %s", bb)
 	}
-	out, errOut, code = b.cli(t, "", "run", "base/py310:3", "--", "sh", "-c", "echo $FOO; pwd")
+	out, errOut, code = b.CLI(t, "", "run", "base/py310:3", "--", "sh", "-c", "echo $FOO; pwd")
 	if code != 0 || out != "bar\n/tmp\n" {
 		t.Errorf("dsec run on b from the pushed image = %q, %q, exit %d; want bar and /tmp", out, errOut, code)
 	}
 	// Again: the layer is there already.
-	_, errOut, code = a.cli(t, "", "image", "push", "base/py310:3", "--to", "http://"+b.addr, "--to-key", b.adminKey(t))
+	_, errOut, code = a.CLI(t, "", "image", "push", "base/py310:3", "--to", "http://"+b.Addr, "--to-key", b.AdminKey(t))
 	if code != 0 || !strings.Contains(errOut, "already there") || !strings.Contains(errOut, "0 layers copied") {
 		t.Errorf("second dsec image push = %q, exit %d, want the layer skipped", errOut, code)
 	}
 
 	// pull: b → a, of an image b built.
 	ws := b.buildImage(t, cb, "ws/sphinx-9658:1", tinyTree(t, "workspace"))
-	out, errOut, code = a.cli(t, "", "image", "pull", "ws/sphinx-9658:1", "--from", "http://"+b.addr, "--from-key", b.adminKey(t))
+	out, errOut, code = a.CLI(t, "", "image", "pull", "ws/sphinx-9658:1", "--from", "http://"+b.Addr, "--from-key", b.AdminKey(t))
 	if code != 0 || strings.TrimSpace(out) != "ws/sphinx-9658:1" {
 		t.Fatalf("dsec image pull = %q, %q, exit %d", out, errOut, code)
 	}
@@ -204,7 +204,7 @@ func TestImagePushPull(t *testing.T) {
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code = b.cli(t, "", "image", "pull", "tk/harness:12", "--from", "http://"+a.addr, "--from-state-dir", a.stateDir)
+	out, errOut, code = b.CLI(t, "", "image", "pull", "tk/harness:12", "--from", "http://"+a.Addr, "--from-state-dir", a.StateDir)
 	if code == 0 || !strings.Contains(errOut, "digest") {
 		t.Errorf("dsec image pull of a corrupt layer = %q, %q, exit %d; want a digest error", out, errOut, code)
 	}
@@ -221,8 +221,8 @@ func TestImagePushPull(t *testing.T) {
 // sees the same tree.
 func TestImageSquash(t *testing.T) {
 	p := newPlatform(t)
-	p.busybox(t)
-	c := p.client(t, p.adminKey(t))
+	p.Busybox(t)
+	c := p.Client(t, p.AdminKey(t))
 	ctx := ctxT(t)
 	step := func(image, script, packAs string) {
 		t.Helper()
@@ -245,7 +245,7 @@ func TestImageSquash(t *testing.T) {
 		t.Fatalf("GetImage(ws/env:2) = %+v, %v, want 3 layers", before, err)
 	}
 	// busybox's layer (about 2 MB) stays; the two small diffs merge.
-	out, errOut, code := p.cli(t, "", "image", "squash", "ws/env:2", "--to", "ws/env:2-squashed", "--max-layer-size", "512K")
+	out, errOut, code := p.CLI(t, "", "image", "squash", "ws/env:2", "--to", "ws/env:2-squashed", "--max-layer-size", "512K")
 	if code != 0 || strings.TrimSpace(out) != "ws/env:2-squashed" {
 		t.Fatalf("dsec image squash = %q, %q, exit %d", out, errOut, code)
 	}
@@ -256,7 +256,7 @@ func TestImageSquash(t *testing.T) {
 	const check = "test -e /bin/ls && echo has-ls; cat /task/a; test -e /task/b || echo no-b; cat /opt/x/f; echo hi | cat"
 	want := "two\nno-b\nx\nhi\n"
 	for _, image := range []string{"ws/env:2", "ws/env:2-squashed"} {
-		out, errOut, code := p.cli(t, "", "run", image, "--", "sh", "-c", check)
+		out, errOut, code := p.CLI(t, "", "run", image, "--", "sh", "-c", check)
 		if code != 0 || out != want {
 			t.Errorf("dsec run %s: %q, %q, exit %d; want %q", image, out, errOut, code, want)
 		}

@@ -176,7 +176,7 @@ func TestImportRoundTrip(t *testing.T) {
 	}
 
 	start := time.Now()
-	out, errOut, code := p.cli(t, "", "image", "import", "oci-layout:"+filepath.Join(work, "oci")+":v1", "imported:1")
+	out, errOut, code := p.CLI(t, "", "image", "import", "oci-layout:"+filepath.Join(work, "oci")+":v1", "imported:1")
 	if code != 0 || strings.TrimSpace(out) != "imported:1" {
 		t.Fatalf("dsec image import = %q, %q, exit %d", out, errOut, code)
 	}
@@ -193,7 +193,7 @@ func TestImportRoundTrip(t *testing.T) {
 	if err := tarball.WriteToFile(filepath.Join(work, "img.tar"), tag, img); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code = p.cli(t, "", "image", "import", "docker-archive:"+filepath.Join(work, "img.tar"), "imported:2")
+	out, errOut, code = p.CLI(t, "", "image", "import", "docker-archive:"+filepath.Join(work, "img.tar"), "imported:2")
 	if code != 0 || strings.TrimSpace(out) != "imported:2" || !strings.Contains(errOut, "0 uploaded, 3 already stored") {
 		t.Errorf("dsec image import docker-archive = %q, %q, exit %d; want 3 layers already stored", out, errOut, code)
 	}
@@ -217,17 +217,17 @@ func TestImportRoundTrip(t *testing.T) {
 	if err := remote.Write(rref, img, remote.WithAuth(&authn.Basic{Username: "ci", Password: "s3cret"})); err != nil {
 		t.Fatalf("push to the test registry: %v", err)
 	}
-	_, errOut, code = p.cli(t, "", "image", "import", "--insecure", "docker://"+regRef, "imported:3")
+	_, errOut, code = p.CLI(t, "", "image", "import", "--insecure", "docker://"+regRef, "imported:3")
 	if code == 0 || !strings.Contains(errOut, "log in") {
 		t.Errorf("dsec image import without credentials = %q, exit %d; want a failure saying to log in", errOut, code)
 	}
-	out, errOut, code = p.cli(t, "s3cret\n", "image", "import", "--insecure", "--username", "ci", "--password-stdin", "docker://"+regRef, "imported:3")
+	out, errOut, code = p.CLI(t, "s3cret\n", "image", "import", "--insecure", "--username", "ci", "--password-stdin", "docker://"+regRef, "imported:3")
 	if code != 0 || strings.TrimSpace(out) != "imported:3" || !strings.Contains(errOut, "3 already stored") {
 		t.Errorf("dsec image import from the registry = %q, %q, exit %d; want imported:3 with 3 layers already stored", out, errOut, code)
 	}
 
 	// Bad input through the CLI: a name that does not parse registers nothing.
-	_, errOut, code = p.cli(t, "", "image", "import", "oci-layout:"+filepath.Join(work, "oci"), "Bad Name")
+	_, errOut, code = p.CLI(t, "", "image", "import", "oci-layout:"+filepath.Join(work, "oci"), "Bad Name")
 	if code == 0 || !strings.Contains(errOut, "Bad Name") {
 		t.Errorf("dsec image import with a bad name = %q, exit %d; want a failure naming it", errOut, code)
 	}
@@ -248,19 +248,19 @@ func TestImportRoundTrip(t *testing.T) {
 	want := hostTree(t, ref)
 
 	// The sandbox's view.
-	out, errOut, code = p.cli(t, "", "run", "-d", "imported:1")
+	out, errOut, code = p.CLI(t, "", "run", "-d", "imported:1")
 	id := strings.TrimSpace(out)
 	if code != 0 || id == "" {
 		t.Fatalf("dsec run -d imported:1 = %q, %q, exit %d", out, errOut, code)
 	}
-	defer p.cli(t, "", "rm", id)
+	defer p.CLI(t, "", "rm", id)
 	const list = `cd / && find . -xdev ! -path ./proc ! -path './proc/*' ! -path ./sys ! -path './sys/*' ! -path ./dev ! -path './dev/*' | sort |
 while IFS= read -r f; do
   s=$(stat -c '%f|%u|%g|%h' "$f")
   if [ -L "$f" ]; then x=$(readlink "$f"); elif [ -f "$f" ]; then x=$(md5sum < "$f" | cut -d' ' -f1); else x=; fi
   echo "$f|$s|$x"
 done`
-	out, errOut, code = p.cli(t, "", "exec", id, "--", "sh", "-c", list)
+	out, errOut, code = p.CLI(t, "", "exec", id, "--", "sh", "-c", list)
 	if code != 0 {
 		t.Fatalf("list the sandbox's tree: %q, exit %d", errOut, code)
 	}
@@ -302,7 +302,7 @@ done`
 		{"echo $GREETING", "hi there"},
 		{"hello", "hello from tools"},
 	} {
-		out, errOut, code := p.cli(t, "", "exec", id, "--", "sh", "-c", tt.cmd)
+		out, errOut, code := p.CLI(t, "", "exec", id, "--", "sh", "-c", tt.cmd)
 		if strings.TrimSpace(out) != tt.want || code != 0 {
 			t.Errorf("exec %q = %q, %q, exit %d; want %q", tt.cmd, out, errOut, code, tt.want)
 		}
@@ -412,7 +412,7 @@ func normalizeRec(rec string) string {
 func sandboxPID(t *testing.T, p *platform, id string) int {
 	t.Helper()
 	mark := fmt.Sprintf("%d.%03d", 600+time.Now().UnixNano()%1000, time.Now().UnixNano()%1000)
-	if _, errOut, code := p.cli(t, "", "exec", "-d", id, "--", "sleep", mark); code != 0 {
+	if _, errOut, code := p.CLI(t, "", "exec", "-d", id, "--", "sleep", mark); code != 0 {
 		t.Fatalf("exec -d sleep: %q, exit %d", errOut, code)
 	}
 	deadline := time.Now().Add(10 * time.Second)

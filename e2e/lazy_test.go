@@ -174,11 +174,11 @@ func TestLazyLayers(t *testing.T) {
 	p := newPlatform(t, func(p *platform) {
 		// A chunk size other than the default: the layers' chunk digests
 		// and the keeper's cache must agree, or every read fails.
-		p.extra = append(p.extra, "--lazy-layers", "--blob-source", hs.URL, "--warm-pool", "0", "--chunk-size", "512K")
-		src.root.Store(filepath.Join(p.stateDir, "store"))
+		p.Extra = append(p.Extra, "--lazy-layers", "--blob-source", hs.URL, "--warm-pool", "0", "--chunk-size", "512K")
+		src.root.Store(filepath.Join(p.StateDir, "store"))
 	})
-	p.busybox(t)
-	c := p.client(t, p.adminKey(t))
+	p.Busybox(t)
+	c := p.Client(t, p.AdminKey(t))
 	ctx := ctxT(t)
 
 	dir := t.TempDir()
@@ -224,7 +224,7 @@ func TestLazyLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(p.stateDir, "store", "sha256", strings.TrimPrefix(form.Data, "sha256:"))); err != nil {
+	if _, err := os.Stat(filepath.Join(p.StateDir, "store", "sha256", strings.TrimPrefix(form.Data, "sha256:"))); err != nil {
 		t.Fatalf("the platform did not store the layer's data blob %s: %v", form.Data, err)
 	}
 	touched := func(paths []string) map[int64]bool {
@@ -430,7 +430,7 @@ func TestLazyLayers(t *testing.T) {
 			t.Errorf("Delete(%s): %v", sb.ID, err)
 		}
 	}
-	kc := keeper.NewClient(p.stateDir)
+	kc := keeper.NewClient(p.StateDir)
 	defer kc.Close()
 	v, err := kc.Version(ctx)
 	if err != nil {
@@ -438,7 +438,7 @@ func TestLazyLayers(t *testing.T) {
 	}
 	mi, _ := os.ReadFile("/proc/" + strconv.Itoa(v.Pid) + "/mountinfo")
 	for _, l := range strings.Split(string(mi), "\n") {
-		if strings.Contains(l, "fuse.dsec-lazy") || strings.Contains(l, p.stateDir+"/run/layers/") {
+		if strings.Contains(l, "fuse.dsec-lazy") || strings.Contains(l, p.StateDir+"/run/layers/") {
 			t.Errorf("left mounted after deleting every sandbox: %s", l)
 		}
 	}
@@ -467,7 +467,7 @@ func settled(t *testing.T, p *platform) {
 
 func scrape(t *testing.T, p *platform) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + p.addr + "/metrics")
+	resp, err := http.Get("http://" + p.Addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

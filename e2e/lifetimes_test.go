@@ -22,8 +22,8 @@ import (
 // creates, watch events, metrics and admission on one platform.
 func TestLifetimes(t *testing.T) {
 	p := newPlatform(t)
-	p.busybox(t)
-	c := p.client(t, p.adminKey(t))
+	p.Busybox(t)
+	c := p.Client(t, p.AdminKey(t))
 	t.Run("Watch", func(t *testing.T) { testWatch(t, c) })
 	t.Run("TTLs", func(t *testing.T) { testTTLs(t, c) })
 	t.Run("Idempotency", func(t *testing.T) { testIdempotency(t, c) })
@@ -286,7 +286,7 @@ func (w *cutWriter) Write(p []byte) (int, error) {
 }
 
 func testMetrics(t *testing.T, p *platform) {
-	resp, err := http.Get("http://" + p.addr + "/metrics")
+	resp, err := http.Get("http://" + p.Addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,8 +302,8 @@ func testMetrics(t *testing.T, p *platform) {
 // TestPurge checks dsec purge leaves nothing of a node with sandboxes.
 func TestPurge(t *testing.T) {
 	p := newPlatform(t)
-	p.busybox(t)
-	c := p.client(t, p.adminKey(t))
+	p.Busybox(t)
+	c := p.Client(t, p.AdminKey(t))
 	ctx := ctxT(t)
 	for range 3 {
 		sb, err := c.Create(ctx, dsec.CreateOptions{Image: "busybox"})
@@ -314,30 +314,30 @@ func TestPurge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(p.footprint(t)) == 0 {
+	if len(p.Footprint()) == 0 {
 		t.Fatal("no footprint with 3 sandboxes: the check cannot fail")
 	}
-	out, err := exec.Command(p.bin, "purge", "--yes", "--state-dir", p.stateDir).CombinedOutput()
+	out, err := exec.Command(p.Bin, "purge", "--yes", "--state-dir", p.StateDir).CombinedOutput()
 	if err != nil {
 		t.Fatalf("dsec purge = %v\n%s", err, out)
 	}
-	p.cmd = nil // purge stopped it
-	if left := p.fullFootprint(t); len(left) > 0 {
+	_ = p.Wait(t, 30*time.Second) // purge stopped it
+	if left := p.FullFootprint(); len(left) > 0 {
 		t.Errorf("after purge: %v", left)
 	}
-	if _, err := os.Stat(p.stateDir); !os.IsNotExist(err) {
+	if _, err := os.Stat(p.StateDir); !os.IsNotExist(err) {
 		t.Errorf("state dir still exists after purge: %v", err)
 	}
-	if _, err := http.Get("http://" + p.addr + "/healthz"); err == nil {
+	if _, err := http.Get("http://" + p.Addr + "/healthz"); err == nil {
 		t.Errorf("dsec up still answers after purge")
 	}
-	_ = os.MkdirAll(filepath.Dir(p.stateDir), 0o755)
+	_ = os.MkdirAll(filepath.Dir(p.StateDir), 0o755)
 }
 
 // TestDoctor runs `dsec doctor` on this node: everything required passes.
 func TestDoctor(t *testing.T) {
 	p := newPlatform(t)
-	out, err := exec.Command(p.bin, "doctor", "--json", "--state-dir", p.stateDir, "--listen", p.addr).Output()
+	out, err := exec.Command(p.Bin, "doctor", "--json", "--state-dir", p.StateDir, "--listen", p.Addr).Output()
 	if err != nil {
 		t.Fatalf("dsec doctor = %v\n%s", err, out)
 	}
@@ -350,8 +350,8 @@ func TestDoctor(t *testing.T) {
 // and checks the sandbox and a running command survive the restart.
 func TestSigtermKeepsSandboxes(t *testing.T) {
 	p := newPlatform(t)
-	p.busybox(t)
-	c := p.client(t, p.adminKey(t))
+	p.Busybox(t)
+	c := p.Client(t, p.AdminKey(t))
 	ctx := ctxT(t)
 	sb, err := c.Create(ctx, dsec.CreateOptions{Image: "busybox"})
 	if err != nil {
@@ -361,13 +361,12 @@ func TestSigtermKeepsSandboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	if err := <-p.exited; err != nil {
+	_ = p.Signal(os.Interrupt)
+	if err := p.Wait(t, time.Minute); err != nil {
 		t.Errorf("dsec up after SIGINT exited with %v, want 0", err)
 	}
-	p.cmd = nil
-	p.start(t)
-	c2 := p.client(t, p.adminKey(t))
+	p.Start(t)
+	c2 := p.Client(t, p.AdminKey(t))
 	var out bytes.Buffer
 	end, err := c2.Sandbox(sb.ID).Attach(ctx, x, 0, 0, &out, io.Discard)
 	if err != nil || end.ExitCode != 0 || out.String() != "finished\n" {

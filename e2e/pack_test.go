@@ -30,7 +30,7 @@ func packBase(t *testing.T, p *platform) {
 			t.Fatal(err)
 		}
 	}
-	out, errOut, code := p.cli(t, "", "image", "build", "packbase:1", "--from-dir", root, "--env", "PACKBASE=yes", "--workdir", "/srv")
+	out, errOut, code := p.CLI(t, "", "image", "build", "packbase:1", "--from-dir", root, "--env", "PACKBASE=yes", "--workdir", "/srv")
 	if code != 0 || strings.TrimSpace(out) != "packbase:1" {
 		t.Fatalf("dsec image build packbase:1 = %q, %q, exit %d", out, errOut, code)
 	}
@@ -68,7 +68,7 @@ env: yes /srv
 func TestPackDiffRoundTrip(t *testing.T) {
 	p := newPlatform(t)
 	packBase(t, p)
-	c := p.client(t, p.adminKey(t))
+	c := p.Client(t, p.AdminKey(t))
 	ctx := ctxT(t)
 	sb, err := c.Create(ctx, dsec.CreateOptions{Image: "packbase:1", Workdir: "/tmp"})
 	if err != nil {
@@ -87,7 +87,7 @@ echo kept > /root/keep`)
 		t.Fatalf("change files: %v, exit %d, %s", err, r.ExitCode, r.Stderr)
 	}
 
-	out, errOut, code := p.cli(t, "", "pack", sb.ID, "--name", "packed:1", "--scrub", "/root/.cache", "-o", "json")
+	out, errOut, code := p.CLI(t, "", "pack", sb.ID, "--name", "packed:1", "--scrub", "/root/.cache", "-o", "json")
 	if code != 0 {
 		t.Fatalf("dsec pack = exit %d, %s", code, errOut)
 	}
@@ -171,7 +171,7 @@ echo kept > /root/keep`)
 			t.Errorf("Delete(%s) = %v", s.ID, err)
 		}
 	}
-	if left := p.footprint(t); len(left) > 0 {
+	if left := p.Footprint(); len(left) > 0 {
 		t.Errorf("after the sandboxes were deleted, left: %v", left)
 	}
 }
@@ -182,8 +182,8 @@ echo kept > /root/keep`)
 // packed.
 func TestPackBranches(t *testing.T) {
 	p := newPlatform(t)
-	p.busybox(t)
-	c := p.client(t, p.adminKey(t))
+	p.Busybox(t)
+	c := p.Client(t, p.AdminKey(t))
 	ctx := ctxT(t)
 	sb, err := c.Create(ctx, dsec.CreateOptions{Image: "busybox"})
 	if err != nil {
@@ -228,7 +228,7 @@ func TestPackBranches(t *testing.T) {
 	}
 	name := pks[won].Image
 
-	out, errOut, code := p.cli(t, "", "run", "-d", "--count", "10", name)
+	out, errOut, code := p.CLI(t, "", "run", "-d", "--count", "10", name)
 	ids := strings.Fields(out)
 	if code != 0 || len(ids) != 10 {
 		t.Fatalf("dsec run -d --count 10 %s = %q, %q, exit %d", name, out, errOut, code)
@@ -261,7 +261,7 @@ func TestPackBranches(t *testing.T) {
 		t.Errorf("packed sandbox's /state = %q, %v; want step only", r.Stdout, err)
 	}
 
-	if _, _, code := p.cli(t, "", append([]string{"rm"}, ids...)...); code != 0 {
+	if _, _, code := p.CLI(t, "", append([]string{"rm"}, ids...)...); code != 0 {
 		t.Errorf("dsec rm of the branches: exit %d", code)
 	}
 	if err := sb.Delete(ctx); err != nil {
@@ -270,10 +270,10 @@ func TestPackBranches(t *testing.T) {
 	if _, err := sb.PackDiff(ctx, "branch:gone"); !errors.Is(err, dsec.ErrNotFound) {
 		t.Errorf("PackDiff of a deleted sandbox = %v, want NotFound", err)
 	}
-	if _, errOut, code := p.cli(t, "", "pack", sb.ID, "--name", "branch:gone"); code == 0 || !strings.Contains(errOut, "not found") {
+	if _, errOut, code := p.CLI(t, "", "pack", sb.ID, "--name", "branch:gone"); code == 0 || !strings.Contains(errOut, "not found") {
 		t.Errorf("dsec pack of a deleted sandbox = exit %d, %q; want a failure saying not found", code, errOut)
 	}
-	if left := p.footprint(t); len(left) > 0 {
+	if left := p.Footprint(); len(left) > 0 {
 		t.Errorf("after the sandboxes were deleted, left: %v", left)
 	}
 }

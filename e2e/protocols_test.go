@@ -16,8 +16,8 @@ import (
 // testProtocols checks that one definition serves plain HTTP/JSON (what
 // the Python SDK speaks), gRPC, and Connect.
 func testProtocols(t *testing.T, p *platform) {
-	key := p.adminKey(t)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+p.addr+"/dsec.sandbox.v1.SandboxService/Create",
+	key := p.AdminKey(t)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+p.Addr+"/dsec.sandbox.v1.SandboxService/Create",
 		strings.NewReader(`{"image": "busybox", "labels": {"job": "json"}, "resources": {"memoryBytes": "67108864"}}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+key)
@@ -42,7 +42,7 @@ func testProtocols(t *testing.T, p *platform) {
 	greq := connect.NewRequest(&sandboxv1.GetRequest{Id: id})
 	greq.Header().Set("Authorization", "Bearer "+key)
 	h2 := &http.Client{Transport: &http.Transport{Protocols: h2cProtocols()}}
-	grpc := sandboxv1connect.NewSandboxServiceClient(h2, "http://"+p.addr, connect.WithGRPC())
+	grpc := sandboxv1connect.NewSandboxServiceClient(h2, "http://"+p.Addr, connect.WithGRPC())
 	got, err := grpc.Get(t.Context(), greq)
 	if err != nil || got.Msg.GetSandbox().GetId() != id {
 		t.Fatalf("Get over gRPC = %v, %v", got, err)

@@ -24,7 +24,7 @@ const minPythonTests = 70
 func TestPython(t *testing.T) {
 	python := requirePython(t)
 	p := newPlatform(t)
-	p.busybox(t)
+	p.Busybox(t)
 	root := testenv.ModuleRoot()
 	env := pythonEnv(t, p)
 
@@ -107,7 +107,7 @@ asyncio.run(main())
 	})
 
 	t.Run("NothingLeft", func(t *testing.T) {
-		c := p.client(t, p.adminKey(t))
+		c := p.Client(t, p.AdminKey(t))
 		left, err := c.List(ctxT(t), nil)
 		if err != nil {
 			t.Fatal(err)
@@ -147,9 +147,9 @@ func pythonEnv(t *testing.T, p *platform) []string {
 	}
 	return append(env,
 		"HOME="+t.TempDir(),
-		"DSEC_ADDR=http://"+p.addr,
-		"DSEC_API_KEY="+p.adminKey(t),
-		"DSEC_STATE_DIR="+p.stateDir,
+		"DSEC_ADDR=http://"+p.Addr,
+		"DSEC_API_KEY="+p.AdminKey(t),
+		"DSEC_STATE_DIR="+p.StateDir,
 		"DSEC_TEST_IMAGE=busybox",
 		"DSEC_TEST_REQUIRE_SERVER=1",
 		"PYTHONDONTWRITEBYTECODE=1",

@@ -40,13 +40,13 @@ func testBrokenUpload(t *testing.T, p *platform, c *dsec.Client) {
 	_, _ = tw.Write([]byte("partial"))
 	_ = tw.Flush()
 
-	key := p.adminKey(t)
+	key := p.AdminKey(t)
 	const tries = 20
 	for range tries {
-		brokenUpload(t, p.addr, key, sandboxv1connect.SandboxServiceWriteFileProcedure,
+		brokenUpload(t, p.Addr, key, sandboxv1connect.SandboxServiceWriteFileProcedure,
 			&sandboxv1.WriteFileRequest{Msg: &sandboxv1.WriteFileRequest_Header{Header: &sandboxv1.WriteFileHeader{SandboxId: sb.ID, Path: "/keep.txt"}}},
 			&sandboxv1.WriteFileRequest{Msg: &sandboxv1.WriteFileRequest_Data{Data: []byte("partial")}})
-		brokenUpload(t, p.addr, key, sandboxv1connect.SandboxServiceUploadTarProcedure,
+		brokenUpload(t, p.Addr, key, sandboxv1connect.SandboxServiceUploadTarProcedure,
 			&sandboxv1.UploadTarRequest{Msg: &sandboxv1.UploadTarRequest_Header{Header: &sandboxv1.UploadTarHeader{SandboxId: sb.ID, Path: "/d", MakeParents: true}}},
 			&sandboxv1.UploadTarRequest{Msg: &sandboxv1.UploadTarRequest_Data{Data: archive.Bytes()}})
 	}
