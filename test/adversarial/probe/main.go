@@ -24,6 +24,10 @@ import (
 // commands are probe's commands, by name.
 var commands = map[string]func(args []string) error{
 	"syscall": syscallCmd,
+	"ptrace":  ptraceCmd,
+	"connect": connectCmd,
+	"raw":     rawCmd,
+	"chroot":  chrootCmd,
 }
 
 func main() {
