@@ -334,7 +334,7 @@ layers smaller than --max-layer-size is replaced by one layer showing the same
 files (a sandbox sees the same tree). Whiteouts and opaque directories that hide
 files of lower layers are kept. The layers are downloaded, merged here (no root
 needed) and uploaded; the image keeps its config. Fewer layers make overlay
-lookups and mounts cheaper; the image cannot have more than 128.`,
+lookups and mounts cheaper; the image cannot have more than 127.`,
 		Example: `  dsec image squash ws/sphinx-9658:7 --to ws/sphinx-9658:7-squashed`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -63,6 +63,8 @@ type Server struct {
 	// gcMu is held shared by layer uploads and exclusively by a garbage
 	// collection that removes layers (imagemanage.go).
 	gcMu sync.RWMutex
+	// usage counts creates against per-project limits (admission.go).
+	usage projectLedger
 }
 
 // New returns a server.
@@ -174,11 +176,12 @@ func (p *sandboxProxy) Create(ctx context.Context, req *connect.Request[sandboxv
 	return connect.NewResponse(resp), nil
 }
 
-// create places a sandbox: on the least loaded of k random nodes that can
-// take it, trying the next on a refusal; a request with an idempotency key
-// always goes to the same node (rendezvous hashing of the key), which keeps
-// the key's record, so that a retry finds the sandbox it made.
-func (s *Server) create(ctx context.Context, msg *sandboxv1.CreateRequest) (*sandboxv1.CreateResponse, error) {
+// place places an admitted sandbox (admission.go): on the least loaded of
+// k random nodes that can take it, trying the next on a refusal; a request
+// with an idempotency key always goes to the same node (rendezvous hashing
+// of the key), which keeps the key's record, so that a retry finds the
+// sandbox it made.
+func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sandboxv1.CreateResponse, error) {
 	backend := msg.GetBackend()
 	if backend == "" {
 		backend = s.cfg.DefaultBackend
@@ -290,6 +293,7 @@ func (p *sandboxProxy) List(ctx context.Context, req *connect.Request[sandboxv1.
 }
 
 func (p *sandboxProxy) Delete(ctx context.Context, req *connect.Request[sandboxv1.DeleteRequest]) (*connect.Response[sandboxv1.DeleteResponse], error) {
+	defer p.s.usage.deleted()
 	m := req.Msg
 	switch {
 	case m.GetId() != "" && len(m.GetSelector()) > 0:

@@ -42,17 +42,11 @@ func (a *imageAPI) DeleteImage(ctx context.Context, req *connect.Request[imagev1
 	if err != nil {
 		return nil, err
 	}
-	img, err := a.s.cfg.Cluster.GetImage(ctx, ref)
+	img, err := a.s.cfg.Cluster.DeleteImage(ctx, ref, keyFrom(ctx).Principal())
 	if err != nil {
 		return nil, err
 	}
-	pi, err := a.imageProto(ctx, img)
-	if err != nil {
-		return nil, err
-	}
-	if err := a.s.cfg.Cluster.DeleteImage(ctx, ref); err != nil {
-		return nil, err
-	}
+	pi := a.deletedProto(ctx, img)
 	return connect.NewResponse(&imagev1.DeleteImageResponse{Image: pi}), nil
 }
 
@@ -186,6 +180,9 @@ func (a *imageAPI) InspectImage(ctx context.Context, req *connect.Request[imagev
 		return nil, err
 	}
 	i := slices.IndexFunc(st.Images, func(img cluster.Image) bool { return img.Ref() == ref })
+	if i >= 0 && !st.Images[i].RunnableBy(keyFrom(ctx).Principal()) {
+		return nil, hiddenImage(ref)
+	}
 	if i < 0 {
 		_, err := a.s.cfg.Cluster.GetImage(ctx, ref) // the NotFound with its hint
 		if err == nil {
@@ -202,7 +199,7 @@ func (a *imageAPI) InspectImage(ctx context.Context, req *connect.Request[imagev
 	for _, l := range st.Layers {
 		byDigest[l.Digest] = l
 	}
-	refs := st.References()
+	refs := visibleState(ctx, st, use).References()
 	out := &imagev1.InspectImageResponse{}
 	for _, d := range img.Layers {
 		l, ok := byDigest[d]
@@ -225,6 +222,18 @@ func (a *imageAPI) DiskUsage(ctx context.Context, _ *connect.Request[imagev1.Dis
 	use, sandboxes, err := a.s.layerUse(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if !keyFrom(ctx).Admin {
+		// Other projects' private images, their layers and sandboxes stay
+		// out, and so do their counts.
+		st = visibleState(ctx, st, use)
+		ids := map[string]bool{}
+		for _, refs := range use {
+			for _, id := range visibleIDs(ctx, refs) {
+				ids[id] = true
+			}
+		}
+		sandboxes = len(ids)
 	}
 	refs := st.References()
 	out := &imagev1.DiskUsageResponse{ImageCount: int64(len(st.Images)), SandboxCount: int64(sandboxes)}

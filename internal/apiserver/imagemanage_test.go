@@ -268,7 +268,11 @@ func TestImageHousekeepingAPI(t *testing.T) {
 	if _, err := uc.GarbageCollect(ctx, dsec.GCOptions{DryRun: true}); !errors.Is(err, dsec.ErrPermissionDenied) {
 		t.Errorf("GarbageCollect(user key) = %v, want PermissionDenied", err)
 	}
-	// A user of another project sees that a layer is used, not by what.
+	// A user of another project sees that a layer of a public image is
+	// used, not by what.
+	if _, err := s.c.SetImagePublic(ctx, "tk/harness:12", true); err != nil {
+		t.Fatal(err)
+	}
 	s.edge.set(&imagev1.SandboxLayers{SandboxId: "sb-2", Project: "p1", LayerDigests: []string{tk}})
 	if d, err := uc.InspectImage(ctx, "tk/harness:12"); err != nil || len(d.Layers[1].Sandboxes) != 0 {
 		t.Errorf("InspectImage(other project's key) = %+v, %v, want no sandbox IDs", d, err)

@@ -91,10 +91,9 @@ func (a *imageAPI) CreateImage(ctx context.Context, req *connect.Request[imagev1
 			Entrypoint: c.GetEntrypoint(), Cmd: c.GetCmd(),
 		},
 	}
-	if err := a.s.cfg.Cluster.PutImage(ctx, img); err != nil {
-		return nil, err
-	}
-	got, err := a.s.cfg.Cluster.GetImage(ctx, ref)
+	got, err := a.s.cfg.Cluster.WriteImage(ctx, img, cluster.ImageWrite{
+		By: keyFrom(ctx).Principal(), Force: req.Msg.GetForce(), Public: req.Msg.Public,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +113,9 @@ func (a *imageAPI) GetImage(ctx context.Context, req *connect.Request[imagev1.Ge
 	if err != nil {
 		return nil, err
 	}
+	if !img.RunnableBy(keyFrom(ctx).Principal()) {
+		return nil, hiddenImage(ref)
+	}
 	pi, err := a.imageProto(ctx, img)
 	if err != nil {
 		return nil, err
@@ -127,7 +129,11 @@ func (a *imageAPI) ListImages(ctx context.Context, _ *connect.Request[imagev1.Li
 		return nil, err
 	}
 	out := &imagev1.ListImagesResponse{}
+	by := keyFrom(ctx).Principal()
 	for _, img := range imgs {
+		if !img.RunnableBy(by) {
+			continue
+		}
 		pi, err := a.imageProto(ctx, img)
 		if err != nil {
 			return nil, err
@@ -141,6 +147,8 @@ func (a *imageAPI) imageProto(ctx context.Context, img cluster.Image) (*imagev1.
 	pi := &imagev1.Image{
 		Name:      img.Ref().String(),
 		CreatedAt: timestamppb.New(img.CreatedAt),
+		Project:   img.Project,
+		Public:    img.Public,
 		Config: &imagev1.ImageConfig{
 			Env: img.Config.Env, Workdir: img.Config.Workdir, User: img.Config.User,
 			Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd,
@@ -160,14 +168,24 @@ func (a *imageAPI) imageProto(ctx context.Context, img cluster.Image) (*imagev1.
 type adminAPI struct{ s *Server }
 
 func keyProto(k cluster.Key) *adminv1.Key {
-	return &adminv1.Key{Id: k.ID, Name: k.Name, Project: k.Project, Admin: k.Admin, CreatedAt: timestamppb.New(k.CreatedAt)}
+	p := &adminv1.Key{Id: k.ID, Name: k.Name, Project: k.Project, Admin: k.Admin, CreatedAt: timestamppb.New(k.CreatedAt)}
+	if !k.ExpiresAt.IsZero() {
+		p.ExpiresAt = timestamppb.New(k.ExpiresAt)
+	}
+	return p
 }
 
 func (a *adminAPI) CreateKey(ctx context.Context, req *connect.Request[adminv1.CreateKeyRequest]) (*connect.Response[adminv1.CreateKeyResponse], error) {
 	if !keyFrom(ctx).Admin {
 		return nil, errdefs.Newf(errdefs.ErrPermissionDenied, "only admin keys can create keys: ask an administrator, or use <state-dir>/admin.key on the server")
 	}
-	secret, k, err := a.s.cfg.Cluster.CreateKey(ctx, cluster.KeySpec{Name: req.Msg.GetName(), Project: req.Msg.GetProject(), Admin: req.Msg.GetAdmin()})
+	m := req.Msg
+	if m.ExpiresIn != nil && m.GetExpiresIn().AsDuration() <= 0 {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "key lifetime %s: give a positive duration, or none for a key that never expires", m.GetExpiresIn().AsDuration())
+	}
+	secret, k, err := a.s.cfg.Cluster.CreateKey(ctx, cluster.KeySpec{
+		Name: m.GetName(), Project: m.GetProject(), Admin: m.GetAdmin(), ExpiresIn: m.GetExpiresIn().AsDuration(),
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,10 @@ func (p *sandboxProxy) BatchCreate(ctx context.Context, req *connect.Request[san
 	if tmpl == nil {
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "batch create: no template")
 	}
+	// A template no item can pass fails the call, not each item.
+	if _, err := p.s.checkCreate(ctx, tmpl); err != nil {
+		return nil, err
+	}
 	results := make([]*sandboxv1.BatchCreateResult, n)
 	sem := make(chan struct{}, batchParallel)
 	var wg sync.WaitGroup
@@ -80,6 +84,9 @@ func itemError(err error) *sandboxv1.ItemError {
 }
 
 func (p *sandboxProxy) SetTimeout(ctx context.Context, req *connect.Request[sandboxv1.SetTimeoutRequest]) (*connect.Response[sandboxv1.SetTimeoutResponse], error) {
+	if err := p.s.checkTimeout(ctx, req.Msg); err != nil {
+		return nil, err
+	}
 	return unary(ctx, p.s, req.Msg.GetId(), req.Msg, sandboxv1connect.SandboxServiceClient.SetTimeout)
 }
 

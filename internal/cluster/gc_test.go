@@ -69,7 +69,7 @@ func TestLayerCollection(t *testing.T) {
 
 	// Removing an image releases its layers: ws is unreferenced now but
 	// kept for the grace period, base is still referenced.
-	if err := s.DeleteImage(ctx, Ref{"ws/sphinx-9658", "1"}); err != nil {
+	if _, err := s.DeleteImage(ctx, Ref{"ws/sphinx-9658", "1"}, adminP); err != nil {
 		t.Fatalf("DeleteImage = %v", err)
 	}
 	st, err = s.LayerState(ctx)

@@ -102,13 +102,13 @@ func TestImages(t *testing.T) {
 	s := newTestStore(t, StoreConfig{})
 	layers := putLayers(t, s, "base", "tools", "task")
 	imgs := []Image{
-		{Name: "python", Tag: "3.12", Layers: layers[:1], CreatedAt: created},
-		{Name: "python", Tag: "latest", Layers: layers[:2], CreatedAt: created, Config: ImageConfig{
+		{Name: "python", Tag: "3.12", Layers: layers[:1], CreatedAt: created, Project: "default"},
+		{Name: "python", Tag: "latest", Layers: layers[:2], CreatedAt: created, Project: "team", Public: true, Config: ImageConfig{
 			Env: []string{"PATH=/usr/bin:/bin", "EMPTY="}, Workdir: "/work", User: "1000:1000",
 			Entrypoint: []string{"/bin/sh", "-c"}, Cmd: []string{"python3"},
 		}},
-		{Name: "python-slim", Tag: "latest", Layers: layers, CreatedAt: created},
-		{Name: "localhost:5000/team/swe__task", Tag: "v1", Layers: layers[2:], CreatedAt: created},
+		{Name: "python-slim", Tag: "latest", Layers: layers, CreatedAt: created, Project: "default"},
+		{Name: "localhost:5000/team/swe__task", Tag: "v1", Layers: layers[2:], CreatedAt: created, Project: "default"},
 	}
 	for _, img := range imgs {
 		if err := s.PutImage(ctx, img); err != nil {
@@ -139,7 +139,7 @@ func TestImages(t *testing.T) {
 		t.Errorf("GetImage(python:latest) after replace = %v, %v, want layers %v", one.Layers, err, layers)
 	}
 
-	if err := s.DeleteImage(ctx, moved.Ref()); err != nil {
+	if _, err := s.DeleteImage(ctx, moved.Ref(), adminP); err != nil {
 		t.Fatalf("DeleteImage(python:latest) = %v", err)
 	}
 	_, err = s.GetImage(ctx, moved.Ref())
@@ -147,7 +147,7 @@ func TestImages(t *testing.T) {
 		err.Error() != "image python:latest not found: build it with `dsec image build` or list images with `dsec image ls`" {
 		t.Errorf("GetImage(deleted) = %v, want NotFound telling what to do", err)
 	}
-	if err := s.DeleteImage(ctx, moved.Ref()); !errdefs.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.DeleteImage(ctx, moved.Ref(), adminP); !errdefs.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("DeleteImage(deleted) = %v, want NotFound", err)
 	}
 	// Layers outlive the images that use them.
@@ -207,7 +207,7 @@ func TestKeyLayout(t *testing.T) {
 	}
 	want := map[string]string{
 		"/dsec/v1/layers/" + layers[0]: `{"version":1,"digest":"` + layers[0] + `","size":4,"media_type":"application/vnd.dsec.erofs","created_at":"2026-03-04T05:06:07Z"}`,
-		"/dsec/v1/images/app:v1":       `{"version":1,"name":"app","tag":"v1","layers":["` + layers[0] + `"],"created_at":"2026-03-04T05:06:07Z"}`,
+		"/dsec/v1/images/app:v1":       `{"version":1,"name":"app","tag":"v1","layers":["` + layers[0] + `"],"created_at":"2026-03-04T05:06:07Z","project":"default"}`,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("stored keys and values mismatch (-want +got):\n%s", diff)

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -45,6 +44,8 @@ type KeySpec struct {
 	Project string
 	// Admin keys may manage keys, nodes and every project.
 	Admin bool
+	// ExpiresIn is how long the key works from its creation; 0: forever.
+	ExpiresIn time.Duration
 }
 
 // Key is an API key as the platform sees it; its secret is never stored.
@@ -56,7 +57,12 @@ type Key struct {
 	Project   string
 	Admin     bool
 	CreatedAt time.Time
+	// ExpiresAt is when the key stops working; zero: never.
+	ExpiresAt time.Time
 }
+
+// Principal is who the key acts as.
+func (k Key) Principal() Principal { return Principal{Project: k.Project, Admin: k.Admin} }
 
 type keyRecord struct {
 	Version   int       `json:"version"`
@@ -66,15 +72,22 @@ type keyRecord struct {
 	Admin     bool      `json:"admin,omitempty"`
 	SHA256    string    `json:"sha256"` // hex SHA-256 of the whole secret
 	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
 func (r keyRecord) key() Key {
-	return Key{ID: r.ID, Name: r.Name, Project: r.Project, Admin: r.Admin, CreatedAt: r.CreatedAt}
+	return Key{ID: r.ID, Name: r.Name, Project: r.Project, Admin: r.Admin, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt}
 }
+
+// MaxKeyLifetime bounds KeySpec.ExpiresIn.
+const MaxKeyLifetime = 100 * 365 * 24 * time.Hour
 
 var projectRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 func validateKeySpec(spec KeySpec) error {
+	if spec.ExpiresIn < 0 || spec.ExpiresIn > MaxKeyLifetime {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "key lifetime %s: give a positive duration of at most 100 years, or none for a key that never expires", spec.ExpiresIn)
+	}
 	if len(spec.Name) > 128 || strings.ContainsFunc(spec.Name, func(r rune) bool { return !unicode.IsPrint(r) }) {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "invalid key name %q: use at most 128 printable characters", spec.Name)
 	}
@@ -140,9 +153,13 @@ func (s *Store) CreateKey(ctx context.Context, spec KeySpec) (secret string, _ K
 func (s *Store) putKey(ctx context.Context, secret string, spec KeySpec) (Key, bool, error) {
 	id, _ := parseSecret(secret)
 	sum := secretHash(secret)
+	now := s.now().UTC()
 	rec := keyRecord{
 		Version: schemaVersion, ID: id, Name: spec.Name, Project: spec.Project, Admin: spec.Admin,
-		SHA256: hex.EncodeToString(sum[:]), CreatedAt: s.now().UTC(),
+		SHA256: hex.EncodeToString(sum[:]), CreatedAt: now,
+	}
+	if spec.ExpiresIn > 0 {
+		rec.ExpiresAt = now.Add(spec.ExpiresIn)
 	}
 	key := s.apiKeyKey(id)
 	txn, err := s.c.Txn(ctx).
@@ -163,8 +180,10 @@ func (s *Store) putKey(ctx context.Context, secret string, spec KeySpec) (Key, b
 var errBadKey = errdefs.Newf(errdefs.ErrUnauthenticated,
 	"invalid API key: get one with `dsec key create`, or use the admin key in the state directory (admin.key)")
 
-// Authenticate returns the key whose secret this is, or Unauthenticated.
-// What it reads from etcd is cached for the Store's KeyCacheTTL.
+// Authenticate returns the key whose secret this is, or Unauthenticated
+// (saying so when the key expired). What it reads from etcd is cached (see
+// cache.go): a key revoked through any Store is refused within
+// RevocationWindow.
 func (s *Store) Authenticate(ctx context.Context, secret string) (Key, error) {
 	id, ok := parseSecret(secret)
 	if !ok {
@@ -197,6 +216,11 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (Key, error) {
 	if !e.found || subtle.ConstantTimeCompare(e.sum[:], sum[:]) != 1 {
 		return Key{}, errBadKey
 	}
+	// Only the holder of the secret learns that it expired.
+	if exp := e.key.ExpiresAt; !exp.IsZero() && !s.now().Before(exp) {
+		return Key{}, errdefs.Newf(errdefs.ErrUnauthenticated,
+			"API key %s expired at %s: ask an administrator for a new one (`dsec key create --expires DURATION`)", id, exp.UTC().Format(time.RFC3339))
+	}
 	return e.key, nil
 }
 
@@ -207,6 +231,7 @@ const keyLookupTimeout = 10 * time.Second
 // cached, so a key created elsewhere works at once.
 func (s *Store) lookupKey(ctx context.Context, id string) (keyCacheEntry, error) {
 	gen := s.keys.generation()
+	readAt := s.now()
 	key := s.apiKeyKey(id)
 	resp, err := s.c.Get(ctx, key)
 	if err != nil {
@@ -223,7 +248,7 @@ func (s *Store) lookupKey(ctx context.Context, id string) (keyCacheEntry, error)
 	if b, err := hex.DecodeString(rec.SHA256); err != nil || copy(e.sum[:], b) != sha256.Size {
 		return keyCacheEntry{}, errdefs.Newf(errdefs.ErrInternal, "authenticate: key %s has a malformed hash", id)
 	}
-	s.keys.put(id, e, s.now(), gen)
+	s.keys.put(id, e, readAt, gen)
 	return e, nil
 }
 
@@ -236,21 +261,33 @@ func (s *Store) ListKeys(ctx context.Context) ([]Key, error) {
 	})
 }
 
-// DeleteKey deletes the API key with id, or returns NotFound. This Store
-// refuses the key at once; other Stores within their KeyCacheTTL.
+// DeleteKey deletes the API key with id, or returns NotFound.
 func (s *Store) DeleteKey(ctx context.Context, id string) error {
+	_, err := s.RevokeKey(ctx, id)
+	return err
+}
+
+// RevokeKey deletes the API key with id and returns it as it was, or
+// returns NotFound. This Store refuses the key at once; other Stores within
+// RevocationWindow (cache.go).
+func (s *Store) RevokeKey(ctx context.Context, id string) (Key, error) {
 	if !validKeyID(id) {
-		return errdefs.Newf(errdefs.ErrInvalidArgument, "invalid key ID %q: want 8 characters a-z, 2-7", id)
+		return Key{}, errdefs.Newf(errdefs.ErrInvalidArgument, "invalid key ID %.80q: want 8 characters a-z, 2-7 (the ID column of `dsec key ls`)", id)
 	}
 	defer s.keys.forget(id)
-	resp, err := s.c.Delete(ctx, s.apiKeyKey(id))
+	key := s.apiKeyKey(id)
+	resp, err := s.c.Delete(ctx, key, clientv3.WithPrevKV())
 	if err != nil {
-		return storeErr("delete key "+id, err)
+		return Key{}, storeErr("revoke key "+id, err)
 	}
-	if resp.Deleted == 0 {
-		return errdefs.Newf(errdefs.ErrNotFound, "key %s not found: list keys with `dsec key ls`", id)
+	if resp.Deleted == 0 || len(resp.PrevKvs) == 0 {
+		return Key{}, errdefs.Newf(errdefs.ErrNotFound, "key %s not found: list keys with `dsec key ls`", id)
 	}
-	return nil
+	var rec keyRecord
+	if err := decode(key, resp.PrevKvs[0].Value, &rec); err != nil {
+		return Key{ID: id}, nil // deleted all the same
+	}
+	return rec.key(), nil
 }
 
 // EnsureAdminKey makes sure an admin key exists and its secret is in the file
@@ -371,74 +408,9 @@ func (s *Store) createAdminKey(ctx context.Context, path string) (string, error)
 	return secret, nil
 }
 
-// keyCache remembers API keys read from etcd for a while.
-type keyCache struct {
-	ttl time.Duration // set once by NewStore
-
-	mu      sync.Mutex
-	entries map[string]keyCacheEntry // by key ID; guarded by mu
-	gen     uint64                   // counts forget calls; guarded by mu
-}
-
+// keyCacheEntry is what Authenticate caches of a key ID.
 type keyCacheEntry struct {
-	key     Key
-	sum     [sha256.Size]byte
-	found   bool
-	expires time.Time
-}
-
-// maxCachedKeys bounds the cache; past it, expired entries go, then any.
-const maxCachedKeys = 4096
-
-func (c *keyCache) get(id string, now time.Time) (keyCacheEntry, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[id]
-	if !ok || !now.Before(e.expires) {
-		return keyCacheEntry{}, false
-	}
-	return e, true
-}
-
-// generation returns a value to pass to put for what is read from etcd next.
-func (c *keyCache) generation() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.gen
-}
-
-// put caches e unless a key was forgotten since gen was taken: what was read
-// may predate that change (a read racing DeleteKey must not bring the
-// deleted key back for a whole TTL).
-func (c *keyCache) put(id string, e keyCacheEntry, now time.Time, gen uint64) {
-	e.expires = now.Add(c.ttl)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.gen != gen {
-		return
-	}
-	if c.entries == nil {
-		c.entries = make(map[string]keyCacheEntry)
-	}
-	if len(c.entries) >= maxCachedKeys {
-		for k, old := range c.entries {
-			if !now.Before(old.expires) {
-				delete(c.entries, k)
-			}
-		}
-		for k := range c.entries {
-			if len(c.entries) < maxCachedKeys {
-				break
-			}
-			delete(c.entries, k)
-		}
-	}
-	c.entries[id] = e
-}
-
-func (c *keyCache) forget(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.entries, id)
-	c.gen++
+	key   Key
+	sum   [sha256.Size]byte
+	found bool
 }

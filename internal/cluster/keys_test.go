@@ -103,6 +103,10 @@ func TestAuthenticateRejects(t *testing.T) {
 	}
 }
 
+// TestAuthenticateCache checks how long a key deleted behind a Store's
+// back (through another apiserver) keeps working: RevocationWindow
+// without a watch; with one, only as long as the watch has not confirmed
+// it saw the delete.
 func TestAuthenticateCache(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -117,11 +121,32 @@ func TestAuthenticateCache(t *testing.T) {
 	if _, err := shared.Client().Delete(ctx, s.apiKeyKey(k.ID)); err != nil {
 		t.Fatal(err)
 	}
-	clock.advance(29 * time.Second)
+	clock.advance(RevocationWindow - time.Millisecond)
 	if _, err := s.Authenticate(ctx, secret); err != nil {
-		t.Errorf("Authenticate within the cache TTL = %v, want the cached key", err)
+		t.Errorf("Authenticate within RevocationWindow = %v, want the cached key", err)
+	}
+	clock.advance(2 * time.Millisecond)
+	if _, err := s.Authenticate(ctx, secret); !errdefs.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("Authenticate after RevocationWindow = %v, want Unauthenticated", err)
+	}
+
+	// Confirmed by a watch, an entry lives for the TTL...
+	secret, k = createKey(t, s, KeySpec{})
+	if _, err := s.Authenticate(ctx, secret); err != nil {
+		t.Fatalf("Authenticate = %v", err)
+	}
+	for range 29 {
+		clock.advance(time.Second)
+		s.fresh.confirm(clock.now())
+	}
+	if _, err := s.Authenticate(ctx, secret); err != nil {
+		t.Errorf("Authenticate confirmed for 29s = %v, want the cached key", err)
 	}
 	clock.advance(2 * time.Second)
+	s.fresh.confirm(clock.now())
+	if _, err := shared.Client().Delete(ctx, s.apiKeyKey(k.ID)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Authenticate(ctx, secret); !errdefs.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("Authenticate after the cache TTL = %v, want Unauthenticated", err)
 	}

@@ -36,9 +36,11 @@ type StoreConfig struct {
 	// its registration. Default DefaultNodeTTL. etcd rounds it up to whole
 	// seconds and to its minimum lease TTL (2 s with default etcd settings).
 	NodeTTL time.Duration
-	// KeyCacheTTL is how long Authenticate trusts what it read about an API
-	// key: a key deleted through another Store (another apiserver) may keep
-	// working that long. Default DefaultKeyCacheTTL.
+	// KeyCacheTTL is the longest Authenticate, GetProject and
+	// GetImageCached trust what they read about an API key, a project or an
+	// image while a CacheWatch runs; without one, RevocationWindow. Either
+	// way a change through another Store (another apiserver) is seen within
+	// RevocationWindow (cache.go). Default DefaultKeyCacheTTL.
 	KeyCacheTTL time.Duration
 	// Logger receives what registrations do in the background (a lost lease
 	// renewed). Nil discards it.
@@ -48,7 +50,7 @@ type StoreConfig struct {
 // Store reads and writes dsec's cluster state in etcd. It works over the
 // client of an Embedded or over a client of an external etcd cluster. Its
 // methods are safe for concurrent use. Store starts no goroutines; a
-// Registration does.
+// Registration and a CacheWatch do.
 type Store struct {
 	c       *clientv3.Client
 	prefix  string // KeyPrefix; tests use their own
@@ -56,8 +58,12 @@ type Store struct {
 	lg      *slog.Logger
 	now     func() time.Time
 
-	keys      keyCache
+	fresh     freshness // what the CacheWatch confirmed
+	keys      cache[keyCacheEntry]
 	keyLookup singleflight.Group // one etcd read per key ID at a time
+	projects  cache[Project]
+	images    cache[imageCacheEntry]
+	lookup    singleflight.Group // one etcd read per project or image at a time
 }
 
 // NewStore returns a Store over c. The caller keeps ownership of c.
@@ -75,10 +81,13 @@ func NewStore(c *clientv3.Client, cfg StoreConfig) *Store {
 	if s.lg == nil {
 		s.lg = slog.New(slog.DiscardHandler)
 	}
-	s.keys.ttl = cfg.KeyCacheTTL
-	if s.keys.ttl <= 0 {
-		s.keys.ttl = DefaultKeyCacheTTL
+	ttl := cfg.KeyCacheTTL
+	if ttl <= 0 {
+		ttl = DefaultKeyCacheTTL
 	}
+	s.keys.ttl, s.keys.fresh = ttl, &s.fresh
+	s.projects.ttl, s.projects.fresh = ttl, &s.fresh
+	s.images.ttl, s.images.fresh = ttl, &s.fresh
 	return s
 }
 
@@ -91,6 +100,8 @@ func (s *Store) imagesPrefix() string          { return s.prefix + "images/" }
 func (s *Store) imageKey(r Ref) string         { return s.imagesPrefix() + r.String() }
 func (s *Store) keysPrefix() string            { return s.prefix + "keys/" }
 func (s *Store) apiKeyKey(id string) string    { return s.keysPrefix() + id }
+func (s *Store) projectsPrefix() string        { return s.prefix + "projects/" }
+func (s *Store) projectKey(name string) string { return s.projectsPrefix() + name }
 
 // etcdError is an etcd failure classified with an errdefs kind. It unwraps
 // to both, so errors.Is finds the kind and the etcd error.

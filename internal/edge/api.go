@@ -279,10 +279,14 @@ func (a *nodeAPI) Status(ctx context.Context, _ *connect.Request[nodev1.StatusRe
 	if err != nil {
 		return nil, err
 	}
+	projects := make(map[string]*nodev1.ProjectUsage, len(st.Projects))
+	for name, u := range st.Projects {
+		projects[name] = &nodev1.ProjectUsage{Sandboxes: u.Sandboxes, MemoryBytes: u.MemoryBytes}
+	}
 	return connect.NewResponse(&nodev1.StatusResponse{
 		Node: st.Node, Backends: st.Backends, Sandboxes: st.Sandboxes, Cpus: float64(st.CPUs),
 		MemoryBytes: st.MemoryBytes, MemoryCommittedBytes: st.MemoryCommitted,
 		MemoryAdmissibleBytes: st.MemoryAdmissible, MemoryAvailableBytes: st.MemoryAvailable,
-		Version: a.e.cfg.Version,
+		Version: a.e.cfg.Version, Projects: projects,
 	}), nil
 }

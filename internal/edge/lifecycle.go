@@ -430,6 +430,16 @@ type NodeStatus struct {
 	MemoryCommitted  int64
 	MemoryAdmissible int64
 	MemoryAvailable  int64
+	// Projects is what the live sandboxes (all but those being deleted)
+	// hold, by project: the control plane admits per-project limits
+	// against the sum over nodes.
+	Projects map[string]ProjectUse
+}
+
+// ProjectUse is what one project's sandboxes hold on a node.
+type ProjectUse struct {
+	Sandboxes   int64
+	MemoryBytes int64
 }
 
 // Status reports the node's load.
@@ -446,6 +456,16 @@ func (e *Edge) Status() (NodeStatus, error) {
 	}
 	for name := range e.cfg.Backends {
 		st.Backends = append(st.Backends, name)
+	}
+	st.Projects = make(map[string]ProjectUse)
+	for _, r := range recs {
+		if r.State == StateDeleting {
+			continue
+		}
+		u := st.Projects[r.Project]
+		u.Sandboxes++
+		u.MemoryBytes += r.Resources.MemoryBytes
+		st.Projects[r.Project] = u
 	}
 	e.mu.Lock()
 	st.MemoryCommitted = e.committed

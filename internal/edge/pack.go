@@ -44,8 +44,29 @@ type LayerStore interface {
 	// ImageConfig returns the config of the image ref; NotFound when it
 	// is gone.
 	ImageConfig(ctx context.Context, ref string) (ImageConfig, error)
-	// PutImage registers ref (NAME:TAG) as layers, lowest first, with cfg.
-	PutImage(ctx context.Context, ref string, layers []string, cfg ImageConfig) error
+	// PutImage registers ref (NAME:TAG) as layers, lowest first, with
+	// cfg, as w says (PermissionDenied for an image of another project,
+	// FailedPrecondition for other content without w.Force).
+	PutImage(ctx context.Context, ref string, layers []string, cfg ImageConfig, w ImageWrite) error
+}
+
+// ImageWrite is who registers a packed environment and how.
+type ImageWrite struct {
+	By Caller
+	// Force replaces an existing NAME:TAG with other layers or config.
+	Force bool
+	// Public sets its visibility; nil makes a new image private and
+	// keeps an existing one's.
+	Public *bool
+}
+
+// PackOptions are what PackDiff leaves out and how it registers the new
+// environment.
+type PackOptions struct {
+	// Scrub are absolute paths left out of the new layer.
+	Scrub  []string
+	Force  bool
+	Public *bool
 }
 
 // PackResult is what PackDiff made.
@@ -81,7 +102,8 @@ func (e *Edge) resolve(ctx context.Context, p CreateParams) (Image, error) {
 // is frozen while its writable layer is read and runs on afterwards. On
 // failure no image is registered; a layer stored before the failure is
 // content-addressed and unreferenced, for image GC to collect.
-func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, scrub []string) (*PackResult, error) {
+func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, opts PackOptions) (*PackResult, error) {
+	scrub := opts.Scrub
 	r, err := e.store.get(id)
 	if err != nil {
 		return nil, err
@@ -148,7 +170,7 @@ func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, scr
 			return nil, err
 		}
 	}
-	if err := ls.PutImage(ctx, ref, layers, cfg); err != nil {
+	if err := ls.PutImage(ctx, ref, layers, cfg, ImageWrite{By: caller, Force: opts.Force, Public: opts.Public}); err != nil {
 		return nil, err
 	}
 	e.log.Debug("pack phases", "sandbox", id, "image", ref, "keeper_ms", ms(tPacked.Sub(t0)), "frozen_ms", ms(p.Frozen),
@@ -162,7 +184,8 @@ func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, scr
 func (a *sandboxAPI) PackDiff(ctx context.Context, req *connect.Request[sandboxv1.PackDiffRequest]) (*connect.Response[sandboxv1.PackDiffResponse], error) {
 	start := time.Now()
 	m := req.Msg
-	res, err := a.e.PackDiff(ctx, callerOf(req.Header()), m.GetSandboxId(), m.GetName(), m.GetScrub())
+	res, err := a.e.PackDiff(ctx, callerOf(req.Header()), m.GetSandboxId(), m.GetName(),
+		PackOptions{Scrub: m.GetScrub(), Force: m.GetForce(), Public: m.Public})
 	if err != nil {
 		return nil, err
 	}

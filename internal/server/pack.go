@@ -104,14 +104,16 @@ func (im *Images) ImageConfig(ctx context.Context, name string) (edge.ImageConfi
 	return edge.ImageConfig{Env: c.Env, Workdir: c.Workdir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd}, nil
 }
 
-// PutImage implements edge.LayerStore.
-func (im *Images) PutImage(ctx context.Context, name string, layers []string, cfg edge.ImageConfig) error {
+// PutImage implements edge.LayerStore, with the ownership rules of
+// cluster.Store.WriteImage.
+func (im *Images) PutImage(ctx context.Context, name string, layers []string, cfg edge.ImageConfig, w edge.ImageWrite) error {
 	ref, err := cluster.ParseRef(name)
 	if err != nil {
 		return err
 	}
-	return im.Cluster.PutImage(ctx, cluster.Image{
+	_, err = im.Cluster.WriteImage(ctx, cluster.Image{
 		Name: ref.Name, Tag: ref.Tag, Layers: layers,
 		Config: cluster.ImageConfig{Env: cfg.Env, Workdir: cfg.Workdir, User: cfg.User, Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd},
-	})
+	}, cluster.ImageWrite{By: cluster.Principal{Project: w.By.Project, Admin: w.By.Admin}, Force: w.Force, Public: w.Public})
+	return err
 }

@@ -180,6 +180,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer etcd.Close()
 	store := cluster.NewStore(etcd.Client(), cluster.StoreConfig{Logger: log})
+	// Revoked keys, changed project limits and images are seen at once.
+	cacheWatch := store.WatchCaches()
+	defer cacheWatch.Close()
 	adminKey, err := store.EnsureAdminKey(ctx, filepath.Join(cfg.StateDir, "admin.key"))
 	if err != nil {
 		return fmt.Errorf("admin key: %w", err)

@@ -41,6 +41,41 @@ type Image struct {
 	CreatedAt time.Time
 	// Size is the sum of the layers' sizes.
 	Size int64
+	// Project made the image: only it (or an admin key) deletes or
+	// rewrites it.
+	Project string
+	// Public images run for every project; private ones only for their
+	// own project and admin keys.
+	Public bool
+}
+
+// ImageOption changes how CreateImage (and PackDiffWith, CopyImage) write
+// an image.
+type ImageOption func(*imageWrite)
+
+type imageWrite struct {
+	force  bool
+	public *bool
+}
+
+// WithForce replaces an existing NAME:TAG that has other layers or config;
+// without it that is ErrFailedPrecondition. Writing the same layers and
+// config again needs no force: it changes nothing. Either way only the
+// image's project (or an admin key) may write onto it
+// (ErrPermissionDenied).
+func WithForce() ImageOption { return func(w *imageWrite) { w.force = true } }
+
+// WithPublic makes the image public (every project may run it) or private
+// (only its own). Without it a new image is private and an existing one
+// keeps its visibility.
+func WithPublic(public bool) ImageOption { return func(w *imageWrite) { w.public = &public } }
+
+func imageWriteOf(opts []ImageOption) imageWrite {
+	var w imageWrite
+	for _, o := range opts {
+		o(&w)
+	}
+	return w
 }
 
 // UploadLayer stores the EROFS layer that r yields, of the given digest
@@ -70,9 +105,13 @@ func (c *Client) UploadLayer(ctx context.Context, r io.Reader, digest string, si
 }
 
 // CreateImage registers name (NAME[:TAG]) as the given stored layers, lowest
-// first, run as cfg says.
-func (c *Client) CreateImage(ctx context.Context, name string, layerDigests []string, cfg ImageConfig) (*Image, error) {
+// first, run as cfg says, owned by the caller's project (see WithForce and
+// WithPublic).
+func (c *Client) CreateImage(ctx context.Context, name string, layerDigests []string, cfg ImageConfig, opts ...ImageOption) (*Image, error) {
+	w := imageWriteOf(opts)
 	resp, err := c.images.CreateImage(ctx, connect.NewRequest(&imagev1.CreateImageRequest{
+		Force:        w.force,
+		Public:       w.public,
 		Name:         name,
 		LayerDigests: layerDigests,
 		Config: &imagev1.ImageConfig{
@@ -89,7 +128,18 @@ func (c *Client) CreateImage(ctx context.Context, name string, layerDigests []st
 	return imageFromProto(resp.Msg.GetImage()), nil
 }
 
-// GetImage returns the image called name (NAME[:TAG]).
+// SetImagePublic makes the image called name public or private and returns
+// it; only its project or an admin key may.
+func (c *Client) SetImagePublic(ctx context.Context, name string, public bool) (*Image, error) {
+	resp, err := c.images.SetImagePublic(ctx, connect.NewRequest(&imagev1.SetImagePublicRequest{Name: name, Public: public}))
+	if err != nil {
+		return nil, c.err(err)
+	}
+	return imageFromProto(resp.Msg.GetImage()), nil
+}
+
+// GetImage returns the image called name (NAME[:TAG]), if the caller may
+// run it (ErrNotFound otherwise).
 func (c *Client) GetImage(ctx context.Context, name string) (*Image, error) {
 	resp, err := c.images.GetImage(ctx, connect.NewRequest(&imagev1.GetImageRequest{Name: name}))
 	if err != nil {
@@ -98,7 +148,8 @@ func (c *Client) GetImage(ctx context.Context, name string) (*Image, error) {
 	return imageFromProto(resp.Msg.GetImage()), nil
 }
 
-// ListImages returns every image.
+// ListImages returns every image the caller may run: its project's and
+// the public ones (all for an admin key).
 func (c *Client) ListImages(ctx context.Context) ([]*Image, error) {
 	resp, err := c.images.ListImages(ctx, connect.NewRequest(&imagev1.ListImagesRequest{}))
 	if err != nil {
@@ -127,6 +178,8 @@ func imageFromProto(p *imagev1.Image) *Image {
 		},
 		CreatedAt: timeOf(p.GetCreatedAt()),
 		Size:      p.GetSize(),
+		Project:   p.GetProject(),
+		Public:    p.GetPublic(),
 	}
 	for _, l := range p.GetLayers() {
 		im.Layers = append(im.Layers, layerFromProto(l))

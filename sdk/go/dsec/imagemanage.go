@@ -78,7 +78,9 @@ type GCResult struct {
 }
 
 // DeleteImage removes the image called name and returns it as it was. Its
-// layers stay until GarbageCollect finds them unused.
+// layers stay until GarbageCollect finds them unused. Only the image's
+// project or an admin key may (ErrPermissionDenied; ErrNotFound for a
+// private image of another project).
 func (c *Client) DeleteImage(ctx context.Context, name string) (*Image, error) {
 	resp, err := c.images.DeleteImage(ctx, connect.NewRequest(&imagev1.DeleteImageRequest{Name: name}))
 	if err != nil {
@@ -254,7 +256,9 @@ type CopyProgress func(index, count int, l Layer, done int64, skipped bool)
 // against their digests on arrival, by dst and here. The image is
 // registered on dst only after all its layers arrived: a failed copy
 // registers no image (layers already copied stay, unreferenced, until GC).
-func CopyImage(ctx context.Context, src, dst *Client, name string, progress CopyProgress) (*Image, error) {
+// On dst the image belongs to dst's key's project; opts say how it is
+// written there (WithForce, WithPublic).
+func CopyImage(ctx context.Context, src, dst *Client, name string, progress CopyProgress, opts ...ImageOption) (*Image, error) {
 	img, err := src.GetImage(ctx, name)
 	if err != nil {
 		return nil, err
@@ -274,7 +278,7 @@ func CopyImage(ctx context.Context, src, dst *Client, name string, progress Copy
 			return nil, err
 		}
 	}
-	return dst.CreateImage(ctx, img.Name, digests, img.Config)
+	return dst.CreateImage(ctx, img.Name, digests, img.Config, opts...)
 }
 
 func copyLayer(ctx context.Context, src, dst *Client, i, n int, l Layer, progress CopyProgress) error {

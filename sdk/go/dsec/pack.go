@@ -56,10 +56,21 @@ type Pack struct {
 // being deleted, is ErrFailedPrecondition; a deleted sandbox is
 // ErrNotFound.
 func (s *Sandbox) PackDiff(ctx context.Context, name string, scrub ...string) (*Pack, error) {
+	return s.PackDiffWith(ctx, name, scrub)
+}
+
+// PackDiffWith is PackDiff with options for writing the new environment:
+// onto an existing NAME:TAG with other layers only WithForce, and only by
+// its project (ErrPermissionDenied otherwise); WithPublic sets its
+// visibility.
+func (s *Sandbox) PackDiffWith(ctx context.Context, name string, scrub []string, opts ...ImageOption) (*Pack, error) {
 	if name == "" {
 		return nil, newError(ErrInvalidArgument, "pack: no name given for the new environment (example: myenv:1)")
 	}
-	resp, err := s.c.sandboxes.PackDiff(ctx, connect.NewRequest(&sandboxv1.PackDiffRequest{SandboxId: s.ID, Name: name, Scrub: scrub}))
+	w := imageWriteOf(opts)
+	resp, err := s.c.sandboxes.PackDiff(ctx, connect.NewRequest(&sandboxv1.PackDiffRequest{
+		SandboxId: s.ID, Name: name, Scrub: scrub, Force: w.force, Public: w.public,
+	}))
 	if err != nil {
 		return nil, s.c.err(err)
 	}

@@ -4,13 +4,14 @@
 // 	protoc        v3.21.12
 // source: dsec/admin/v1/admin.proto
 
-// Package dsec.admin.v1 manages API keys.
+// Package dsec.admin.v1 manages API keys and projects.
 
 package adminv1
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -30,9 +31,11 @@ type Key struct {
 	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// Project whose sandboxes the key sees (default "default").
-	Project       string                 `protobuf:"bytes,3,opt,name=project,proto3" json:"project,omitempty"`
-	Admin         bool                   `protobuf:"varint,4,opt,name=admin,proto3" json:"admin,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Project   string                 `protobuf:"bytes,3,opt,name=project,proto3" json:"project,omitempty"`
+	Admin     bool                   `protobuf:"varint,4,opt,name=admin,proto3" json:"admin,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// When the key stops working; unset: never.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -102,11 +105,20 @@ func (x *Key) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Key) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 type CreateKeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Project       string                 `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
-	Admin         bool                   `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Project string                 `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
+	Admin   bool                   `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
+	// How long the key works from now; unset: forever.
+	ExpiresIn     *durationpb.Duration `protobuf:"bytes,4,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -160,6 +172,13 @@ func (x *CreateKeyRequest) GetAdmin() bool {
 		return x.Admin
 	}
 	return false
+}
+
+func (x *CreateKeyRequest) GetExpiresIn() *durationpb.Duration {
+	if x != nil {
+		return x.ExpiresIn
+	}
+	return nil
 }
 
 type CreateKeyResponse struct {
@@ -295,31 +314,719 @@ func (x *WhoAmIResponse) GetKey() *Key {
 	return nil
 }
 
+type ListKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKeysRequest) Reset() {
+	*x = ListKeysRequest{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKeysRequest) ProtoMessage() {}
+
+func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListKeysRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+type ListKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By ID.
+	Keys          []*Key `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKeysResponse) Reset() {
+	*x = ListKeysResponse{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKeysResponse) ProtoMessage() {}
+
+func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListKeysResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListKeysResponse) GetKeys() []*Key {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type RevokeKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeKeyRequest) Reset() {
+	*x = RevokeKeyRequest{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeKeyRequest) ProtoMessage() {}
+
+func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
+func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RevokeKeyRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RevokeKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key as it was.
+	Key           *Key `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeKeyResponse) Reset() {
+	*x = RevokeKeyResponse{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeKeyResponse) ProtoMessage() {}
+
+func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
+func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RevokeKeyResponse) GetKey() *Key {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+// ProjectLimits bound what a project's sandboxes hold at once, on all
+// nodes together.
+type ProjectLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sum of the memory limits of its live sandboxes; 0: no limit.
+	MemoryBytes int64 `protobuf:"varint,1,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// Live sandboxes; 0: no limit.
+	Sandboxes int64 `protobuf:"varint,2,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	// The longest hard or idle TTL a create or SetTimeout may ask for.
+	MaxTtl        *durationpb.Duration `protobuf:"bytes,3,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectLimits) Reset() {
+	*x = ProjectLimits{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectLimits) ProtoMessage() {}
+
+func (x *ProjectLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectLimits.ProtoReflect.Descriptor instead.
+func (*ProjectLimits) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ProjectLimits) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ProjectLimits) GetSandboxes() int64 {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return 0
+}
+
+func (x *ProjectLimits) GetMaxTtl() *durationpb.Duration {
+	if x != nil {
+		return x.MaxTtl
+	}
+	return nil
+}
+
+// ProjectUsage is what a project's live sandboxes hold, as the nodes last
+// reported it.
+type ProjectUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MemoryBytes   int64                  `protobuf:"varint,1,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Sandboxes     int64                  `protobuf:"varint,2,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectUsage) Reset() {
+	*x = ProjectUsage{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectUsage) ProtoMessage() {}
+
+func (x *ProjectUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectUsage.ProtoReflect.Descriptor instead.
+func (*ProjectUsage) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ProjectUsage) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ProjectUsage) GetSandboxes() int64 {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return 0
+}
+
+type Project struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Limits *ProjectLimits         `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	Usage  *ProjectUsage          `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	// How many API keys act in it.
+	Keys          int64 `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Project) Reset() {
+	*x = Project{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Project) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Project) ProtoMessage() {}
+
+func (x *Project) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Project.ProtoReflect.Descriptor instead.
+func (*Project) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Project) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Project) GetLimits() *ProjectLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Project) GetUsage() *ProjectUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Project) GetKeys() int64 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+type GetProjectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProjectRequest) Reset() {
+	*x = GetProjectRequest{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProjectRequest) ProtoMessage() {}
+
+func (x *GetProjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProjectRequest.ProtoReflect.Descriptor instead.
+func (*GetProjectRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetProjectRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetProjectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       *Project               `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProjectResponse) Reset() {
+	*x = GetProjectResponse{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProjectResponse) ProtoMessage() {}
+
+func (x *GetProjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProjectResponse.ProtoReflect.Descriptor instead.
+func (*GetProjectResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetProjectResponse) GetProject() *Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+type SetProjectLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// 0 removes the limit.
+	MemoryBytes *int64 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3,oneof" json:"memory_bytes,omitempty"`
+	// 0 removes the limit.
+	Sandboxes *int64 `protobuf:"varint,3,opt,name=sandboxes,proto3,oneof" json:"sandboxes,omitempty"`
+	// Between 1 s and 3650 days.
+	MaxTtl        *durationpb.Duration `protobuf:"bytes,4,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetProjectLimitsRequest) Reset() {
+	*x = SetProjectLimitsRequest{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetProjectLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetProjectLimitsRequest) ProtoMessage() {}
+
+func (x *SetProjectLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetProjectLimitsRequest.ProtoReflect.Descriptor instead.
+func (*SetProjectLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetProjectLimitsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetProjectLimitsRequest) GetMemoryBytes() int64 {
+	if x != nil && x.MemoryBytes != nil {
+		return *x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *SetProjectLimitsRequest) GetSandboxes() int64 {
+	if x != nil && x.Sandboxes != nil {
+		return *x.Sandboxes
+	}
+	return 0
+}
+
+func (x *SetProjectLimitsRequest) GetMaxTtl() *durationpb.Duration {
+	if x != nil {
+		return x.MaxTtl
+	}
+	return nil
+}
+
+type SetProjectLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       *Project               `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetProjectLimitsResponse) Reset() {
+	*x = SetProjectLimitsResponse{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetProjectLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetProjectLimitsResponse) ProtoMessage() {}
+
+func (x *SetProjectLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetProjectLimitsResponse.ProtoReflect.Descriptor instead.
+func (*SetProjectLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetProjectLimitsResponse) GetProject() *Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+type ListProjectsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProjectsRequest) Reset() {
+	*x = ListProjectsRequest{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProjectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProjectsRequest) ProtoMessage() {}
+
+func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
+func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+type ListProjectsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By name.
+	Projects      []*Project `protobuf:"bytes,1,rep,name=projects,proto3" json:"projects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProjectsResponse) Reset() {
+	*x = ListProjectsResponse{}
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProjectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProjectsResponse) ProtoMessage() {}
+
+func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
+func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListProjectsResponse) GetProjects() []*Project {
+	if x != nil {
+		return x.Projects
+	}
+	return nil
+}
+
 var File_dsec_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_dsec_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19dsec/admin/v1/admin.proto\x12\rdsec.admin.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x94\x01\n" +
+	"\x19dsec/admin/v1/admin.proto\x12\rdsec.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcf\x01\n" +
 	"\x03Key\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\aproject\x18\x03 \x01(\tR\aproject\x12\x14\n" +
 	"\x05admin\x18\x04 \x01(\bR\x05admin\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"V\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x90\x01\n" +
 	"\x10CreateKeyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aproject\x18\x02 \x01(\tR\aproject\x12\x14\n" +
-	"\x05admin\x18\x03 \x01(\bR\x05admin\"Q\n" +
+	"\x05admin\x18\x03 \x01(\bR\x05admin\x128\n" +
+	"\n" +
+	"expires_in\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\"Q\n" +
 	"\x11CreateKeyResponse\x12$\n" +
 	"\x03key\x18\x01 \x01(\v2\x12.dsec.admin.v1.KeyR\x03key\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x0f\n" +
 	"\rWhoAmIRequest\"6\n" +
 	"\x0eWhoAmIResponse\x12$\n" +
-	"\x03key\x18\x01 \x01(\v2\x12.dsec.admin.v1.KeyR\x03key2\xa5\x01\n" +
+	"\x03key\x18\x01 \x01(\v2\x12.dsec.admin.v1.KeyR\x03key\"\x11\n" +
+	"\x0fListKeysRequest\":\n" +
+	"\x10ListKeysResponse\x12&\n" +
+	"\x04keys\x18\x01 \x03(\v2\x12.dsec.admin.v1.KeyR\x04keys\"\"\n" +
+	"\x10RevokeKeyRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
+	"\x11RevokeKeyResponse\x12$\n" +
+	"\x03key\x18\x01 \x01(\v2\x12.dsec.admin.v1.KeyR\x03key\"\x84\x01\n" +
+	"\rProjectLimits\x12!\n" +
+	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x1c\n" +
+	"\tsandboxes\x18\x02 \x01(\x03R\tsandboxes\x122\n" +
+	"\amax_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06maxTtl\"O\n" +
+	"\fProjectUsage\x12!\n" +
+	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x1c\n" +
+	"\tsandboxes\x18\x02 \x01(\x03R\tsandboxes\"\x9a\x01\n" +
+	"\aProject\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
+	"\x06limits\x18\x02 \x01(\v2\x1c.dsec.admin.v1.ProjectLimitsR\x06limits\x121\n" +
+	"\x05usage\x18\x03 \x01(\v2\x1b.dsec.admin.v1.ProjectUsageR\x05usage\x12\x12\n" +
+	"\x04keys\x18\x04 \x01(\x03R\x04keys\"'\n" +
+	"\x11GetProjectRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"F\n" +
+	"\x12GetProjectResponse\x120\n" +
+	"\aproject\x18\x01 \x01(\v2\x16.dsec.admin.v1.ProjectR\aproject\"\xcb\x01\n" +
+	"\x17SetProjectLimitsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x03H\x00R\vmemoryBytes\x88\x01\x01\x12!\n" +
+	"\tsandboxes\x18\x03 \x01(\x03H\x01R\tsandboxes\x88\x01\x01\x122\n" +
+	"\amax_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06maxTtlB\x0f\n" +
+	"\r_memory_bytesB\f\n" +
+	"\n" +
+	"_sandboxes\"L\n" +
+	"\x18SetProjectLimitsResponse\x120\n" +
+	"\aproject\x18\x01 \x01(\v2\x16.dsec.admin.v1.ProjectR\aproject\"\x15\n" +
+	"\x13ListProjectsRequest\"J\n" +
+	"\x14ListProjectsResponse\x122\n" +
+	"\bprojects\x18\x01 \x03(\v2\x16.dsec.admin.v1.ProjectR\bprojects2\xd3\x04\n" +
 	"\fAdminService\x12N\n" +
 	"\tCreateKey\x12\x1f.dsec.admin.v1.CreateKeyRequest\x1a .dsec.admin.v1.CreateKeyResponse\x12E\n" +
-	"\x06WhoAmI\x12\x1c.dsec.admin.v1.WhoAmIRequest\x1a\x1d.dsec.admin.v1.WhoAmIResponseB7Z5github.com/dsecproject/dsec/api/dsec/admin/v1;adminv1b\x06proto3"
+	"\x06WhoAmI\x12\x1c.dsec.admin.v1.WhoAmIRequest\x1a\x1d.dsec.admin.v1.WhoAmIResponse\x12K\n" +
+	"\bListKeys\x12\x1e.dsec.admin.v1.ListKeysRequest\x1a\x1f.dsec.admin.v1.ListKeysResponse\x12N\n" +
+	"\tRevokeKey\x12\x1f.dsec.admin.v1.RevokeKeyRequest\x1a .dsec.admin.v1.RevokeKeyResponse\x12Q\n" +
+	"\n" +
+	"GetProject\x12 .dsec.admin.v1.GetProjectRequest\x1a!.dsec.admin.v1.GetProjectResponse\x12c\n" +
+	"\x10SetProjectLimits\x12&.dsec.admin.v1.SetProjectLimitsRequest\x1a'.dsec.admin.v1.SetProjectLimitsResponse\x12W\n" +
+	"\fListProjects\x12\".dsec.admin.v1.ListProjectsRequest\x1a#.dsec.admin.v1.ListProjectsResponseB7Z5github.com/dsecproject/dsec/api/dsec/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_dsec_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -333,28 +1040,63 @@ func file_dsec_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_dsec_admin_v1_admin_proto_rawDescData
 }
 
-var file_dsec_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_dsec_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_dsec_admin_v1_admin_proto_goTypes = []any{
-	(*Key)(nil),                   // 0: dsec.admin.v1.Key
-	(*CreateKeyRequest)(nil),      // 1: dsec.admin.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),     // 2: dsec.admin.v1.CreateKeyResponse
-	(*WhoAmIRequest)(nil),         // 3: dsec.admin.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),        // 4: dsec.admin.v1.WhoAmIResponse
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*Key)(nil),                      // 0: dsec.admin.v1.Key
+	(*CreateKeyRequest)(nil),         // 1: dsec.admin.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 2: dsec.admin.v1.CreateKeyResponse
+	(*WhoAmIRequest)(nil),            // 3: dsec.admin.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),           // 4: dsec.admin.v1.WhoAmIResponse
+	(*ListKeysRequest)(nil),          // 5: dsec.admin.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),         // 6: dsec.admin.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 7: dsec.admin.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 8: dsec.admin.v1.RevokeKeyResponse
+	(*ProjectLimits)(nil),            // 9: dsec.admin.v1.ProjectLimits
+	(*ProjectUsage)(nil),             // 10: dsec.admin.v1.ProjectUsage
+	(*Project)(nil),                  // 11: dsec.admin.v1.Project
+	(*GetProjectRequest)(nil),        // 12: dsec.admin.v1.GetProjectRequest
+	(*GetProjectResponse)(nil),       // 13: dsec.admin.v1.GetProjectResponse
+	(*SetProjectLimitsRequest)(nil),  // 14: dsec.admin.v1.SetProjectLimitsRequest
+	(*SetProjectLimitsResponse)(nil), // 15: dsec.admin.v1.SetProjectLimitsResponse
+	(*ListProjectsRequest)(nil),      // 16: dsec.admin.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),     // 17: dsec.admin.v1.ListProjectsResponse
+	(*timestamppb.Timestamp)(nil),    // 18: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 19: google.protobuf.Duration
 }
 var file_dsec_admin_v1_admin_proto_depIdxs = []int32{
-	5, // 0: dsec.admin.v1.Key.created_at:type_name -> google.protobuf.Timestamp
-	0, // 1: dsec.admin.v1.CreateKeyResponse.key:type_name -> dsec.admin.v1.Key
-	0, // 2: dsec.admin.v1.WhoAmIResponse.key:type_name -> dsec.admin.v1.Key
-	1, // 3: dsec.admin.v1.AdminService.CreateKey:input_type -> dsec.admin.v1.CreateKeyRequest
-	3, // 4: dsec.admin.v1.AdminService.WhoAmI:input_type -> dsec.admin.v1.WhoAmIRequest
-	2, // 5: dsec.admin.v1.AdminService.CreateKey:output_type -> dsec.admin.v1.CreateKeyResponse
-	4, // 6: dsec.admin.v1.AdminService.WhoAmI:output_type -> dsec.admin.v1.WhoAmIResponse
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	18, // 0: dsec.admin.v1.Key.created_at:type_name -> google.protobuf.Timestamp
+	18, // 1: dsec.admin.v1.Key.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 2: dsec.admin.v1.CreateKeyRequest.expires_in:type_name -> google.protobuf.Duration
+	0,  // 3: dsec.admin.v1.CreateKeyResponse.key:type_name -> dsec.admin.v1.Key
+	0,  // 4: dsec.admin.v1.WhoAmIResponse.key:type_name -> dsec.admin.v1.Key
+	0,  // 5: dsec.admin.v1.ListKeysResponse.keys:type_name -> dsec.admin.v1.Key
+	0,  // 6: dsec.admin.v1.RevokeKeyResponse.key:type_name -> dsec.admin.v1.Key
+	19, // 7: dsec.admin.v1.ProjectLimits.max_ttl:type_name -> google.protobuf.Duration
+	9,  // 8: dsec.admin.v1.Project.limits:type_name -> dsec.admin.v1.ProjectLimits
+	10, // 9: dsec.admin.v1.Project.usage:type_name -> dsec.admin.v1.ProjectUsage
+	11, // 10: dsec.admin.v1.GetProjectResponse.project:type_name -> dsec.admin.v1.Project
+	19, // 11: dsec.admin.v1.SetProjectLimitsRequest.max_ttl:type_name -> google.protobuf.Duration
+	11, // 12: dsec.admin.v1.SetProjectLimitsResponse.project:type_name -> dsec.admin.v1.Project
+	11, // 13: dsec.admin.v1.ListProjectsResponse.projects:type_name -> dsec.admin.v1.Project
+	1,  // 14: dsec.admin.v1.AdminService.CreateKey:input_type -> dsec.admin.v1.CreateKeyRequest
+	3,  // 15: dsec.admin.v1.AdminService.WhoAmI:input_type -> dsec.admin.v1.WhoAmIRequest
+	5,  // 16: dsec.admin.v1.AdminService.ListKeys:input_type -> dsec.admin.v1.ListKeysRequest
+	7,  // 17: dsec.admin.v1.AdminService.RevokeKey:input_type -> dsec.admin.v1.RevokeKeyRequest
+	12, // 18: dsec.admin.v1.AdminService.GetProject:input_type -> dsec.admin.v1.GetProjectRequest
+	14, // 19: dsec.admin.v1.AdminService.SetProjectLimits:input_type -> dsec.admin.v1.SetProjectLimitsRequest
+	16, // 20: dsec.admin.v1.AdminService.ListProjects:input_type -> dsec.admin.v1.ListProjectsRequest
+	2,  // 21: dsec.admin.v1.AdminService.CreateKey:output_type -> dsec.admin.v1.CreateKeyResponse
+	4,  // 22: dsec.admin.v1.AdminService.WhoAmI:output_type -> dsec.admin.v1.WhoAmIResponse
+	6,  // 23: dsec.admin.v1.AdminService.ListKeys:output_type -> dsec.admin.v1.ListKeysResponse
+	8,  // 24: dsec.admin.v1.AdminService.RevokeKey:output_type -> dsec.admin.v1.RevokeKeyResponse
+	13, // 25: dsec.admin.v1.AdminService.GetProject:output_type -> dsec.admin.v1.GetProjectResponse
+	15, // 26: dsec.admin.v1.AdminService.SetProjectLimits:output_type -> dsec.admin.v1.SetProjectLimitsResponse
+	17, // 27: dsec.admin.v1.AdminService.ListProjects:output_type -> dsec.admin.v1.ListProjectsResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_dsec_admin_v1_admin_proto_init() }
@@ -362,13 +1104,14 @@ func file_dsec_admin_v1_admin_proto_init() {
 	if File_dsec_admin_v1_admin_proto != nil {
 		return
 	}
+	file_dsec_admin_v1_admin_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsec_admin_v1_admin_proto_rawDesc), len(file_dsec_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -172,7 +172,12 @@ type Image struct {
 	Config    *ImageConfig           `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// Sum of layer sizes.
-	Size          int64 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	Size int64 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	// The project that made it: only it or an admin key deletes or rewrites
+	// it.
+	Project string `protobuf:"bytes,6,opt,name=project,proto3" json:"project,omitempty"`
+	// Public images run for every project; private ones for their own.
+	Public        bool `protobuf:"varint,7,opt,name=public,proto3" json:"public,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -240,6 +245,20 @@ func (x *Image) GetSize() int64 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *Image) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *Image) GetPublic() bool {
+	if x != nil {
+		return x.Public
+	}
+	return false
 }
 
 type UploadLayerHeader struct {
@@ -421,10 +440,15 @@ func (x *UploadLayerResponse) GetLayer() *Layer {
 }
 
 type CreateImageRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	LayerDigests  []string               `protobuf:"bytes,2,rep,name=layer_digests,json=layerDigests,proto3" json:"layer_digests,omitempty"`
-	Config        *ImageConfig           `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LayerDigests []string               `protobuf:"bytes,2,rep,name=layer_digests,json=layerDigests,proto3" json:"layer_digests,omitempty"`
+	Config       *ImageConfig           `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
+	// Replace an existing NAME:TAG that has other layers or config.
+	Force bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
+	// Make the image public (true) or private (false); unset: a new image
+	// is private, an existing one keeps its visibility.
+	Public        *bool `protobuf:"varint,5,opt,name=public,proto3,oneof" json:"public,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -478,6 +502,20 @@ func (x *CreateImageRequest) GetConfig() *ImageConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *CreateImageRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *CreateImageRequest) GetPublic() bool {
+	if x != nil && x.Public != nil {
+		return *x.Public
+	}
+	return false
 }
 
 type CreateImageResponse struct {
@@ -781,6 +819,102 @@ func (x *DeleteImageResponse) GetImage() *Image {
 	return nil
 }
 
+type SetImagePublicRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Public        bool                   `protobuf:"varint,2,opt,name=public,proto3" json:"public,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetImagePublicRequest) Reset() {
+	*x = SetImagePublicRequest{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetImagePublicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetImagePublicRequest) ProtoMessage() {}
+
+func (x *SetImagePublicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetImagePublicRequest.ProtoReflect.Descriptor instead.
+func (*SetImagePublicRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetImagePublicRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetImagePublicRequest) GetPublic() bool {
+	if x != nil {
+		return x.Public
+	}
+	return false
+}
+
+type SetImagePublicResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Image         *Image                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetImagePublicResponse) Reset() {
+	*x = SetImagePublicResponse{}
+	mi := &file_dsec_image_v1_image_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetImagePublicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetImagePublicResponse) ProtoMessage() {}
+
+func (x *SetImagePublicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_image_v1_image_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetImagePublicResponse.ProtoReflect.Descriptor instead.
+func (*SetImagePublicResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetImagePublicResponse) GetImage() *Image {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
 type InspectImageRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -790,7 +924,7 @@ type InspectImageRequest struct {
 
 func (x *InspectImageRequest) Reset() {
 	*x = InspectImageRequest{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[14]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +936,7 @@ func (x *InspectImageRequest) String() string {
 func (*InspectImageRequest) ProtoMessage() {}
 
 func (x *InspectImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[14]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +949,7 @@ func (x *InspectImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectImageRequest.ProtoReflect.Descriptor instead.
 func (*InspectImageRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{14}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InspectImageRequest) GetName() string {
@@ -840,7 +974,7 @@ type LayerUsage struct {
 
 func (x *LayerUsage) Reset() {
 	*x = LayerUsage{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[15]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +986,7 @@ func (x *LayerUsage) String() string {
 func (*LayerUsage) ProtoMessage() {}
 
 func (x *LayerUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[15]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +999,7 @@ func (x *LayerUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayerUsage.ProtoReflect.Descriptor instead.
 func (*LayerUsage) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{15}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LayerUsage) GetLayer() *Layer {
@@ -907,7 +1041,7 @@ type InspectImageResponse struct {
 
 func (x *InspectImageResponse) Reset() {
 	*x = InspectImageResponse{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[16]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1053,7 @@ func (x *InspectImageResponse) String() string {
 func (*InspectImageResponse) ProtoMessage() {}
 
 func (x *InspectImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[16]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1066,7 @@ func (x *InspectImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectImageResponse.ProtoReflect.Descriptor instead.
 func (*InspectImageResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{16}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InspectImageResponse) GetImage() *Image {
@@ -958,7 +1092,7 @@ type GetLayerRequest struct {
 
 func (x *GetLayerRequest) Reset() {
 	*x = GetLayerRequest{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[17]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1104,7 @@ func (x *GetLayerRequest) String() string {
 func (*GetLayerRequest) ProtoMessage() {}
 
 func (x *GetLayerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[17]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1117,7 @@ func (x *GetLayerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLayerRequest.ProtoReflect.Descriptor instead.
 func (*GetLayerRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{17}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetLayerRequest) GetDigest() string {
@@ -1002,7 +1136,7 @@ type GetLayerResponse struct {
 
 func (x *GetLayerResponse) Reset() {
 	*x = GetLayerResponse{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[18]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1148,7 @@ func (x *GetLayerResponse) String() string {
 func (*GetLayerResponse) ProtoMessage() {}
 
 func (x *GetLayerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[18]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1161,7 @@ func (x *GetLayerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLayerResponse.ProtoReflect.Descriptor instead.
 func (*GetLayerResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{18}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetLayerResponse) GetLayer() *Layer {
@@ -1046,7 +1180,7 @@ type DownloadLayerRequest struct {
 
 func (x *DownloadLayerRequest) Reset() {
 	*x = DownloadLayerRequest{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[19]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1192,7 @@ func (x *DownloadLayerRequest) String() string {
 func (*DownloadLayerRequest) ProtoMessage() {}
 
 func (x *DownloadLayerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[19]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1205,7 @@ func (x *DownloadLayerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadLayerRequest.ProtoReflect.Descriptor instead.
 func (*DownloadLayerRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{19}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DownloadLayerRequest) GetDigest() string {
@@ -1094,7 +1228,7 @@ type DownloadLayerResponse struct {
 
 func (x *DownloadLayerResponse) Reset() {
 	*x = DownloadLayerResponse{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[20]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1240,7 @@ func (x *DownloadLayerResponse) String() string {
 func (*DownloadLayerResponse) ProtoMessage() {}
 
 func (x *DownloadLayerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[20]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1253,7 @@ func (x *DownloadLayerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadLayerResponse.ProtoReflect.Descriptor instead.
 func (*DownloadLayerResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{20}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DownloadLayerResponse) GetMsg() isDownloadLayerResponse_Msg {
@@ -1171,7 +1305,7 @@ type DiskUsageRequest struct {
 
 func (x *DiskUsageRequest) Reset() {
 	*x = DiskUsageRequest{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[21]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1317,7 @@ func (x *DiskUsageRequest) String() string {
 func (*DiskUsageRequest) ProtoMessage() {}
 
 func (x *DiskUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[21]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1330,7 @@ func (x *DiskUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskUsageRequest.ProtoReflect.Descriptor instead.
 func (*DiskUsageRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{21}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{23}
 }
 
 type DiskUsageResponse struct {
@@ -1228,7 +1362,7 @@ type DiskUsageResponse struct {
 
 func (x *DiskUsageResponse) Reset() {
 	*x = DiskUsageResponse{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[22]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1374,7 @@ func (x *DiskUsageResponse) String() string {
 func (*DiskUsageResponse) ProtoMessage() {}
 
 func (x *DiskUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[22]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1387,7 @@ func (x *DiskUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskUsageResponse.ProtoReflect.Descriptor instead.
 func (*DiskUsageResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{22}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DiskUsageResponse) GetLayers() []*LayerUsage {
@@ -1362,7 +1496,7 @@ type GarbageCollectRequest struct {
 
 func (x *GarbageCollectRequest) Reset() {
 	*x = GarbageCollectRequest{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[23]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1508,7 @@ func (x *GarbageCollectRequest) String() string {
 func (*GarbageCollectRequest) ProtoMessage() {}
 
 func (x *GarbageCollectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[23]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1521,7 @@ func (x *GarbageCollectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbageCollectRequest.ProtoReflect.Descriptor instead.
 func (*GarbageCollectRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{23}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GarbageCollectRequest) GetDryRun() bool {
@@ -1422,7 +1556,7 @@ type GarbageCollectResponse struct {
 
 func (x *GarbageCollectResponse) Reset() {
 	*x = GarbageCollectResponse{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[24]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1568,7 @@ func (x *GarbageCollectResponse) String() string {
 func (*GarbageCollectResponse) ProtoMessage() {}
 
 func (x *GarbageCollectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[24]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1581,7 @@ func (x *GarbageCollectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbageCollectResponse.ProtoReflect.Descriptor instead.
 func (*GarbageCollectResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{24}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GarbageCollectResponse) GetRemoved() []*Layer {
@@ -1488,7 +1622,7 @@ type KeptLayer struct {
 
 func (x *KeptLayer) Reset() {
 	*x = KeptLayer{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[25]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1634,7 @@ func (x *KeptLayer) String() string {
 func (*KeptLayer) ProtoMessage() {}
 
 func (x *KeptLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[25]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1647,7 @@ func (x *KeptLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeptLayer.ProtoReflect.Descriptor instead.
 func (*KeptLayer) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{25}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KeptLayer) GetLayer() *Layer {
@@ -1538,7 +1672,7 @@ type ListLayerUseRequest struct {
 
 func (x *ListLayerUseRequest) Reset() {
 	*x = ListLayerUseRequest{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[26]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1684,7 @@ func (x *ListLayerUseRequest) String() string {
 func (*ListLayerUseRequest) ProtoMessage() {}
 
 func (x *ListLayerUseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[26]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1697,7 @@ func (x *ListLayerUseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLayerUseRequest.ProtoReflect.Descriptor instead.
 func (*ListLayerUseRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{26}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{28}
 }
 
 type ListLayerUseResponse struct {
@@ -1576,7 +1710,7 @@ type ListLayerUseResponse struct {
 
 func (x *ListLayerUseResponse) Reset() {
 	*x = ListLayerUseResponse{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[27]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1722,7 @@ func (x *ListLayerUseResponse) String() string {
 func (*ListLayerUseResponse) ProtoMessage() {}
 
 func (x *ListLayerUseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[27]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1735,7 @@ func (x *ListLayerUseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLayerUseResponse.ProtoReflect.Descriptor instead.
 func (*ListLayerUseResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{27}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListLayerUseResponse) GetSandboxes() []*SandboxLayers {
@@ -1623,7 +1757,7 @@ type SandboxLayers struct {
 
 func (x *SandboxLayers) Reset() {
 	*x = SandboxLayers{}
-	mi := &file_dsec_image_v1_image_proto_msgTypes[28]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1769,7 @@ func (x *SandboxLayers) String() string {
 func (*SandboxLayers) ProtoMessage() {}
 
 func (x *SandboxLayers) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_image_v1_image_proto_msgTypes[28]
+	mi := &file_dsec_image_v1_image_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1782,7 @@ func (x *SandboxLayers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLayers.ProtoReflect.Descriptor instead.
 func (*SandboxLayers) Descriptor() ([]byte, []int) {
-	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{28}
+	return file_dsec_image_v1_image_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SandboxLayers) GetSandboxId() string {
@@ -1689,14 +1823,16 @@ const file_dsec_image_v1_image_proto_rawDesc = "" +
 	"\n" +
 	"entrypoint\x18\x04 \x03(\tR\n" +
 	"entrypoint\x12\x10\n" +
-	"\x03cmd\x18\x05 \x03(\tR\x03cmd\"\xcc\x01\n" +
+	"\x03cmd\x18\x05 \x03(\tR\x03cmd\"\xfe\x01\n" +
 	"\x05Image\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x06layers\x18\x02 \x03(\v2\x14.dsec.image.v1.LayerR\x06layers\x122\n" +
 	"\x06config\x18\x03 \x01(\v2\x1a.dsec.image.v1.ImageConfigR\x06config\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x12\n" +
-	"\x04size\x18\x05 \x01(\x03R\x04size\"?\n" +
+	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x18\n" +
+	"\aproject\x18\x06 \x01(\tR\aproject\x12\x16\n" +
+	"\x06public\x18\a \x01(\bR\x06public\"?\n" +
 	"\x11UploadLayerHeader\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\"m\n" +
@@ -1705,11 +1841,14 @@ const file_dsec_image_v1_image_proto_rawDesc = "" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x05\n" +
 	"\x03msg\"A\n" +
 	"\x13UploadLayerResponse\x12*\n" +
-	"\x05layer\x18\x01 \x01(\v2\x14.dsec.image.v1.LayerR\x05layer\"\x81\x01\n" +
+	"\x05layer\x18\x01 \x01(\v2\x14.dsec.image.v1.LayerR\x05layer\"\xbf\x01\n" +
 	"\x12CreateImageRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rlayer_digests\x18\x02 \x03(\tR\flayerDigests\x122\n" +
-	"\x06config\x18\x03 \x01(\v2\x1a.dsec.image.v1.ImageConfigR\x06config\"A\n" +
+	"\x06config\x18\x03 \x01(\v2\x1a.dsec.image.v1.ImageConfigR\x06config\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\x12\x1b\n" +
+	"\x06public\x18\x05 \x01(\bH\x00R\x06public\x88\x01\x01B\t\n" +
+	"\a_public\"A\n" +
 	"\x13CreateImageResponse\x12*\n" +
 	"\x05image\x18\x01 \x01(\v2\x14.dsec.image.v1.ImageR\x05image\"%\n" +
 	"\x0fGetImageRequest\x12\x12\n" +
@@ -1722,6 +1861,11 @@ const file_dsec_image_v1_image_proto_rawDesc = "" +
 	"\x12DeleteImageRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
 	"\x13DeleteImageResponse\x12*\n" +
+	"\x05image\x18\x01 \x01(\v2\x14.dsec.image.v1.ImageR\x05image\"C\n" +
+	"\x15SetImagePublicRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06public\x18\x02 \x01(\bR\x06public\"D\n" +
+	"\x16SetImagePublicResponse\x12*\n" +
 	"\x05image\x18\x01 \x01(\v2\x14.dsec.image.v1.ImageR\x05image\")\n" +
 	"\x13InspectImageRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xa9\x01\n" +
@@ -1783,14 +1927,15 @@ const file_dsec_image_v1_image_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12#\n" +
 	"\rlayer_digests\x18\x02 \x03(\tR\flayerDigests\x12\x18\n" +
-	"\aproject\x18\x03 \x01(\tR\aproject2\xe5\x06\n" +
+	"\aproject\x18\x03 \x01(\tR\aproject2\xc4\a\n" +
 	"\fImageService\x12V\n" +
 	"\vUploadLayer\x12!.dsec.image.v1.UploadLayerRequest\x1a\".dsec.image.v1.UploadLayerResponse(\x01\x12T\n" +
 	"\vCreateImage\x12!.dsec.image.v1.CreateImageRequest\x1a\".dsec.image.v1.CreateImageResponse\x12K\n" +
 	"\bGetImage\x12\x1e.dsec.image.v1.GetImageRequest\x1a\x1f.dsec.image.v1.GetImageResponse\x12Q\n" +
 	"\n" +
 	"ListImages\x12 .dsec.image.v1.ListImagesRequest\x1a!.dsec.image.v1.ListImagesResponse\x12T\n" +
-	"\vDeleteImage\x12!.dsec.image.v1.DeleteImageRequest\x1a\".dsec.image.v1.DeleteImageResponse\x12W\n" +
+	"\vDeleteImage\x12!.dsec.image.v1.DeleteImageRequest\x1a\".dsec.image.v1.DeleteImageResponse\x12]\n" +
+	"\x0eSetImagePublic\x12$.dsec.image.v1.SetImagePublicRequest\x1a%.dsec.image.v1.SetImagePublicResponse\x12W\n" +
 	"\fInspectImage\x12\".dsec.image.v1.InspectImageRequest\x1a#.dsec.image.v1.InspectImageResponse\x12K\n" +
 	"\bGetLayer\x12\x1e.dsec.image.v1.GetLayerRequest\x1a\x1f.dsec.image.v1.GetLayerResponse\x12\\\n" +
 	"\rDownloadLayer\x12#.dsec.image.v1.DownloadLayerRequest\x1a$.dsec.image.v1.DownloadLayerResponse0\x01\x12N\n" +
@@ -1811,7 +1956,7 @@ func file_dsec_image_v1_image_proto_rawDescGZIP() []byte {
 	return file_dsec_image_v1_image_proto_rawDescData
 }
 
-var file_dsec_image_v1_image_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_dsec_image_v1_image_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_dsec_image_v1_image_proto_goTypes = []any{
 	(*Layer)(nil),                  // 0: dsec.image.v1.Layer
 	(*ImageConfig)(nil),            // 1: dsec.image.v1.ImageConfig
@@ -1827,27 +1972,29 @@ var file_dsec_image_v1_image_proto_goTypes = []any{
 	(*ListImagesResponse)(nil),     // 11: dsec.image.v1.ListImagesResponse
 	(*DeleteImageRequest)(nil),     // 12: dsec.image.v1.DeleteImageRequest
 	(*DeleteImageResponse)(nil),    // 13: dsec.image.v1.DeleteImageResponse
-	(*InspectImageRequest)(nil),    // 14: dsec.image.v1.InspectImageRequest
-	(*LayerUsage)(nil),             // 15: dsec.image.v1.LayerUsage
-	(*InspectImageResponse)(nil),   // 16: dsec.image.v1.InspectImageResponse
-	(*GetLayerRequest)(nil),        // 17: dsec.image.v1.GetLayerRequest
-	(*GetLayerResponse)(nil),       // 18: dsec.image.v1.GetLayerResponse
-	(*DownloadLayerRequest)(nil),   // 19: dsec.image.v1.DownloadLayerRequest
-	(*DownloadLayerResponse)(nil),  // 20: dsec.image.v1.DownloadLayerResponse
-	(*DiskUsageRequest)(nil),       // 21: dsec.image.v1.DiskUsageRequest
-	(*DiskUsageResponse)(nil),      // 22: dsec.image.v1.DiskUsageResponse
-	(*GarbageCollectRequest)(nil),  // 23: dsec.image.v1.GarbageCollectRequest
-	(*GarbageCollectResponse)(nil), // 24: dsec.image.v1.GarbageCollectResponse
-	(*KeptLayer)(nil),              // 25: dsec.image.v1.KeptLayer
-	(*ListLayerUseRequest)(nil),    // 26: dsec.image.v1.ListLayerUseRequest
-	(*ListLayerUseResponse)(nil),   // 27: dsec.image.v1.ListLayerUseResponse
-	(*SandboxLayers)(nil),          // 28: dsec.image.v1.SandboxLayers
-	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
+	(*SetImagePublicRequest)(nil),  // 14: dsec.image.v1.SetImagePublicRequest
+	(*SetImagePublicResponse)(nil), // 15: dsec.image.v1.SetImagePublicResponse
+	(*InspectImageRequest)(nil),    // 16: dsec.image.v1.InspectImageRequest
+	(*LayerUsage)(nil),             // 17: dsec.image.v1.LayerUsage
+	(*InspectImageResponse)(nil),   // 18: dsec.image.v1.InspectImageResponse
+	(*GetLayerRequest)(nil),        // 19: dsec.image.v1.GetLayerRequest
+	(*GetLayerResponse)(nil),       // 20: dsec.image.v1.GetLayerResponse
+	(*DownloadLayerRequest)(nil),   // 21: dsec.image.v1.DownloadLayerRequest
+	(*DownloadLayerResponse)(nil),  // 22: dsec.image.v1.DownloadLayerResponse
+	(*DiskUsageRequest)(nil),       // 23: dsec.image.v1.DiskUsageRequest
+	(*DiskUsageResponse)(nil),      // 24: dsec.image.v1.DiskUsageResponse
+	(*GarbageCollectRequest)(nil),  // 25: dsec.image.v1.GarbageCollectRequest
+	(*GarbageCollectResponse)(nil), // 26: dsec.image.v1.GarbageCollectResponse
+	(*KeptLayer)(nil),              // 27: dsec.image.v1.KeptLayer
+	(*ListLayerUseRequest)(nil),    // 28: dsec.image.v1.ListLayerUseRequest
+	(*ListLayerUseResponse)(nil),   // 29: dsec.image.v1.ListLayerUseResponse
+	(*SandboxLayers)(nil),          // 30: dsec.image.v1.SandboxLayers
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
 }
 var file_dsec_image_v1_image_proto_depIdxs = []int32{
 	0,  // 0: dsec.image.v1.Image.layers:type_name -> dsec.image.v1.Layer
 	1,  // 1: dsec.image.v1.Image.config:type_name -> dsec.image.v1.ImageConfig
-	29, // 2: dsec.image.v1.Image.created_at:type_name -> google.protobuf.Timestamp
+	31, // 2: dsec.image.v1.Image.created_at:type_name -> google.protobuf.Timestamp
 	3,  // 3: dsec.image.v1.UploadLayerRequest.header:type_name -> dsec.image.v1.UploadLayerHeader
 	0,  // 4: dsec.image.v1.UploadLayerResponse.layer:type_name -> dsec.image.v1.Layer
 	1,  // 5: dsec.image.v1.CreateImageRequest.config:type_name -> dsec.image.v1.ImageConfig
@@ -1855,45 +2002,48 @@ var file_dsec_image_v1_image_proto_depIdxs = []int32{
 	2,  // 7: dsec.image.v1.GetImageResponse.image:type_name -> dsec.image.v1.Image
 	2,  // 8: dsec.image.v1.ListImagesResponse.images:type_name -> dsec.image.v1.Image
 	2,  // 9: dsec.image.v1.DeleteImageResponse.image:type_name -> dsec.image.v1.Image
-	0,  // 10: dsec.image.v1.LayerUsage.layer:type_name -> dsec.image.v1.Layer
-	29, // 11: dsec.image.v1.LayerUsage.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 12: dsec.image.v1.InspectImageResponse.image:type_name -> dsec.image.v1.Image
-	15, // 13: dsec.image.v1.InspectImageResponse.layers:type_name -> dsec.image.v1.LayerUsage
-	0,  // 14: dsec.image.v1.GetLayerResponse.layer:type_name -> dsec.image.v1.Layer
-	0,  // 15: dsec.image.v1.DownloadLayerResponse.layer:type_name -> dsec.image.v1.Layer
-	15, // 16: dsec.image.v1.DiskUsageResponse.layers:type_name -> dsec.image.v1.LayerUsage
-	0,  // 17: dsec.image.v1.GarbageCollectResponse.removed:type_name -> dsec.image.v1.Layer
-	25, // 18: dsec.image.v1.GarbageCollectResponse.kept:type_name -> dsec.image.v1.KeptLayer
-	0,  // 19: dsec.image.v1.GarbageCollectResponse.orphan_blobs:type_name -> dsec.image.v1.Layer
-	0,  // 20: dsec.image.v1.KeptLayer.layer:type_name -> dsec.image.v1.Layer
-	28, // 21: dsec.image.v1.ListLayerUseResponse.sandboxes:type_name -> dsec.image.v1.SandboxLayers
-	4,  // 22: dsec.image.v1.ImageService.UploadLayer:input_type -> dsec.image.v1.UploadLayerRequest
-	6,  // 23: dsec.image.v1.ImageService.CreateImage:input_type -> dsec.image.v1.CreateImageRequest
-	8,  // 24: dsec.image.v1.ImageService.GetImage:input_type -> dsec.image.v1.GetImageRequest
-	10, // 25: dsec.image.v1.ImageService.ListImages:input_type -> dsec.image.v1.ListImagesRequest
-	12, // 26: dsec.image.v1.ImageService.DeleteImage:input_type -> dsec.image.v1.DeleteImageRequest
-	14, // 27: dsec.image.v1.ImageService.InspectImage:input_type -> dsec.image.v1.InspectImageRequest
-	17, // 28: dsec.image.v1.ImageService.GetLayer:input_type -> dsec.image.v1.GetLayerRequest
-	19, // 29: dsec.image.v1.ImageService.DownloadLayer:input_type -> dsec.image.v1.DownloadLayerRequest
-	21, // 30: dsec.image.v1.ImageService.DiskUsage:input_type -> dsec.image.v1.DiskUsageRequest
-	23, // 31: dsec.image.v1.ImageService.GarbageCollect:input_type -> dsec.image.v1.GarbageCollectRequest
-	26, // 32: dsec.image.v1.LayerUseService.ListLayerUse:input_type -> dsec.image.v1.ListLayerUseRequest
-	5,  // 33: dsec.image.v1.ImageService.UploadLayer:output_type -> dsec.image.v1.UploadLayerResponse
-	7,  // 34: dsec.image.v1.ImageService.CreateImage:output_type -> dsec.image.v1.CreateImageResponse
-	9,  // 35: dsec.image.v1.ImageService.GetImage:output_type -> dsec.image.v1.GetImageResponse
-	11, // 36: dsec.image.v1.ImageService.ListImages:output_type -> dsec.image.v1.ListImagesResponse
-	13, // 37: dsec.image.v1.ImageService.DeleteImage:output_type -> dsec.image.v1.DeleteImageResponse
-	16, // 38: dsec.image.v1.ImageService.InspectImage:output_type -> dsec.image.v1.InspectImageResponse
-	18, // 39: dsec.image.v1.ImageService.GetLayer:output_type -> dsec.image.v1.GetLayerResponse
-	20, // 40: dsec.image.v1.ImageService.DownloadLayer:output_type -> dsec.image.v1.DownloadLayerResponse
-	22, // 41: dsec.image.v1.ImageService.DiskUsage:output_type -> dsec.image.v1.DiskUsageResponse
-	24, // 42: dsec.image.v1.ImageService.GarbageCollect:output_type -> dsec.image.v1.GarbageCollectResponse
-	27, // 43: dsec.image.v1.LayerUseService.ListLayerUse:output_type -> dsec.image.v1.ListLayerUseResponse
-	33, // [33:44] is the sub-list for method output_type
-	22, // [22:33] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	2,  // 10: dsec.image.v1.SetImagePublicResponse.image:type_name -> dsec.image.v1.Image
+	0,  // 11: dsec.image.v1.LayerUsage.layer:type_name -> dsec.image.v1.Layer
+	31, // 12: dsec.image.v1.LayerUsage.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 13: dsec.image.v1.InspectImageResponse.image:type_name -> dsec.image.v1.Image
+	17, // 14: dsec.image.v1.InspectImageResponse.layers:type_name -> dsec.image.v1.LayerUsage
+	0,  // 15: dsec.image.v1.GetLayerResponse.layer:type_name -> dsec.image.v1.Layer
+	0,  // 16: dsec.image.v1.DownloadLayerResponse.layer:type_name -> dsec.image.v1.Layer
+	17, // 17: dsec.image.v1.DiskUsageResponse.layers:type_name -> dsec.image.v1.LayerUsage
+	0,  // 18: dsec.image.v1.GarbageCollectResponse.removed:type_name -> dsec.image.v1.Layer
+	27, // 19: dsec.image.v1.GarbageCollectResponse.kept:type_name -> dsec.image.v1.KeptLayer
+	0,  // 20: dsec.image.v1.GarbageCollectResponse.orphan_blobs:type_name -> dsec.image.v1.Layer
+	0,  // 21: dsec.image.v1.KeptLayer.layer:type_name -> dsec.image.v1.Layer
+	30, // 22: dsec.image.v1.ListLayerUseResponse.sandboxes:type_name -> dsec.image.v1.SandboxLayers
+	4,  // 23: dsec.image.v1.ImageService.UploadLayer:input_type -> dsec.image.v1.UploadLayerRequest
+	6,  // 24: dsec.image.v1.ImageService.CreateImage:input_type -> dsec.image.v1.CreateImageRequest
+	8,  // 25: dsec.image.v1.ImageService.GetImage:input_type -> dsec.image.v1.GetImageRequest
+	10, // 26: dsec.image.v1.ImageService.ListImages:input_type -> dsec.image.v1.ListImagesRequest
+	12, // 27: dsec.image.v1.ImageService.DeleteImage:input_type -> dsec.image.v1.DeleteImageRequest
+	14, // 28: dsec.image.v1.ImageService.SetImagePublic:input_type -> dsec.image.v1.SetImagePublicRequest
+	16, // 29: dsec.image.v1.ImageService.InspectImage:input_type -> dsec.image.v1.InspectImageRequest
+	19, // 30: dsec.image.v1.ImageService.GetLayer:input_type -> dsec.image.v1.GetLayerRequest
+	21, // 31: dsec.image.v1.ImageService.DownloadLayer:input_type -> dsec.image.v1.DownloadLayerRequest
+	23, // 32: dsec.image.v1.ImageService.DiskUsage:input_type -> dsec.image.v1.DiskUsageRequest
+	25, // 33: dsec.image.v1.ImageService.GarbageCollect:input_type -> dsec.image.v1.GarbageCollectRequest
+	28, // 34: dsec.image.v1.LayerUseService.ListLayerUse:input_type -> dsec.image.v1.ListLayerUseRequest
+	5,  // 35: dsec.image.v1.ImageService.UploadLayer:output_type -> dsec.image.v1.UploadLayerResponse
+	7,  // 36: dsec.image.v1.ImageService.CreateImage:output_type -> dsec.image.v1.CreateImageResponse
+	9,  // 37: dsec.image.v1.ImageService.GetImage:output_type -> dsec.image.v1.GetImageResponse
+	11, // 38: dsec.image.v1.ImageService.ListImages:output_type -> dsec.image.v1.ListImagesResponse
+	13, // 39: dsec.image.v1.ImageService.DeleteImage:output_type -> dsec.image.v1.DeleteImageResponse
+	15, // 40: dsec.image.v1.ImageService.SetImagePublic:output_type -> dsec.image.v1.SetImagePublicResponse
+	18, // 41: dsec.image.v1.ImageService.InspectImage:output_type -> dsec.image.v1.InspectImageResponse
+	20, // 42: dsec.image.v1.ImageService.GetLayer:output_type -> dsec.image.v1.GetLayerResponse
+	22, // 43: dsec.image.v1.ImageService.DownloadLayer:output_type -> dsec.image.v1.DownloadLayerResponse
+	24, // 44: dsec.image.v1.ImageService.DiskUsage:output_type -> dsec.image.v1.DiskUsageResponse
+	26, // 45: dsec.image.v1.ImageService.GarbageCollect:output_type -> dsec.image.v1.GarbageCollectResponse
+	29, // 46: dsec.image.v1.LayerUseService.ListLayerUse:output_type -> dsec.image.v1.ListLayerUseResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_dsec_image_v1_image_proto_init() }
@@ -1905,18 +2055,19 @@ func file_dsec_image_v1_image_proto_init() {
 		(*UploadLayerRequest_Header)(nil),
 		(*UploadLayerRequest_Data)(nil),
 	}
-	file_dsec_image_v1_image_proto_msgTypes[20].OneofWrappers = []any{
+	file_dsec_image_v1_image_proto_msgTypes[6].OneofWrappers = []any{}
+	file_dsec_image_v1_image_proto_msgTypes[22].OneofWrappers = []any{
 		(*DownloadLayerResponse_Layer)(nil),
 		(*DownloadLayerResponse_Data)(nil),
 	}
-	file_dsec_image_v1_image_proto_msgTypes[23].OneofWrappers = []any{}
+	file_dsec_image_v1_image_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsec_image_v1_image_proto_rawDesc), len(file_dsec_image_v1_image_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -73,8 +73,11 @@ type StatusResponse struct {
 	MemoryAdmissibleBytes int64  `protobuf:"varint,7,opt,name=memory_admissible_bytes,json=memoryAdmissibleBytes,proto3" json:"memory_admissible_bytes,omitempty"`
 	MemoryAvailableBytes  int64  `protobuf:"varint,8,opt,name=memory_available_bytes,json=memoryAvailableBytes,proto3" json:"memory_available_bytes,omitempty"`
 	Version               string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// What the node's live sandboxes hold, by project (per-project limits
+	// are admitted against the sum over nodes).
+	Projects      map[string]*ProjectUsage `protobuf:"bytes,10,rep,name=projects,proto3" json:"projects,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -170,12 +173,72 @@ func (x *StatusResponse) GetVersion() string {
 	return ""
 }
 
+func (x *StatusResponse) GetProjects() map[string]*ProjectUsage {
+	if x != nil {
+		return x.Projects
+	}
+	return nil
+}
+
+type ProjectUsage struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Sandboxes int64                  `protobuf:"varint,1,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	// Sum of their memory limits.
+	MemoryBytes   int64 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectUsage) Reset() {
+	*x = ProjectUsage{}
+	mi := &file_dsec_node_v1_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectUsage) ProtoMessage() {}
+
+func (x *ProjectUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_node_v1_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectUsage.ProtoReflect.Descriptor instead.
+func (*ProjectUsage) Descriptor() ([]byte, []int) {
+	return file_dsec_node_v1_node_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ProjectUsage) GetSandboxes() int64 {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return 0
+}
+
+func (x *ProjectUsage) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
 var File_dsec_node_v1_node_proto protoreflect.FileDescriptor
 
 const file_dsec_node_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"\x17dsec/node/v1/node.proto\x12\fdsec.node.v1\"\x0f\n" +
-	"\rStatusRequest\"\xd3\x02\n" +
+	"\rStatusRequest\"\xf4\x03\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\bbackends\x18\x02 \x03(\tR\bbackends\x12\x1c\n" +
@@ -185,7 +248,15 @@ const file_dsec_node_v1_node_proto_rawDesc = "" +
 	"\x16memory_committed_bytes\x18\x06 \x01(\x03R\x14memoryCommittedBytes\x126\n" +
 	"\x17memory_admissible_bytes\x18\a \x01(\x03R\x15memoryAdmissibleBytes\x124\n" +
 	"\x16memory_available_bytes\x18\b \x01(\x03R\x14memoryAvailableBytes\x12\x18\n" +
-	"\aversion\x18\t \x01(\tR\aversion2R\n" +
+	"\aversion\x18\t \x01(\tR\aversion\x12F\n" +
+	"\bprojects\x18\n" +
+	" \x03(\v2*.dsec.node.v1.StatusResponse.ProjectsEntryR\bprojects\x1aW\n" +
+	"\rProjectsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.dsec.node.v1.ProjectUsageR\x05value:\x028\x01\"O\n" +
+	"\fProjectUsage\x12\x1c\n" +
+	"\tsandboxes\x18\x01 \x01(\x03R\tsandboxes\x12!\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes2R\n" +
 	"\vNodeService\x12C\n" +
 	"\x06Status\x12\x1b.dsec.node.v1.StatusRequest\x1a\x1c.dsec.node.v1.StatusResponseB5Z3github.com/dsecproject/dsec/api/dsec/node/v1;nodev1b\x06proto3"
 
@@ -201,19 +272,23 @@ func file_dsec_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_dsec_node_v1_node_proto_rawDescData
 }
 
-var file_dsec_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_dsec_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_dsec_node_v1_node_proto_goTypes = []any{
 	(*StatusRequest)(nil),  // 0: dsec.node.v1.StatusRequest
 	(*StatusResponse)(nil), // 1: dsec.node.v1.StatusResponse
+	(*ProjectUsage)(nil),   // 2: dsec.node.v1.ProjectUsage
+	nil,                    // 3: dsec.node.v1.StatusResponse.ProjectsEntry
 }
 var file_dsec_node_v1_node_proto_depIdxs = []int32{
-	0, // 0: dsec.node.v1.NodeService.Status:input_type -> dsec.node.v1.StatusRequest
-	1, // 1: dsec.node.v1.NodeService.Status:output_type -> dsec.node.v1.StatusResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	3, // 0: dsec.node.v1.StatusResponse.projects:type_name -> dsec.node.v1.StatusResponse.ProjectsEntry
+	2, // 1: dsec.node.v1.StatusResponse.ProjectsEntry.value:type_name -> dsec.node.v1.ProjectUsage
+	0, // 2: dsec.node.v1.NodeService.Status:input_type -> dsec.node.v1.StatusRequest
+	1, // 3: dsec.node.v1.NodeService.Status:output_type -> dsec.node.v1.StatusResponse
+	3, // [3:4] is the sub-list for method output_type
+	2, // [2:3] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_dsec_node_v1_node_proto_init() }
@@ -227,7 +302,7 @@ func file_dsec_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsec_node_v1_node_proto_rawDesc), len(file_dsec_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -4150,7 +4150,13 @@ type PackDiffRequest struct {
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// Absolute paths left out of the new layer: the new environment shows
 	// them as the sandbox's environment had them.
-	Scrub         []string `protobuf:"bytes,3,rep,name=scrub,proto3" json:"scrub,omitempty"`
+	Scrub []string `protobuf:"bytes,3,rep,name=scrub,proto3" json:"scrub,omitempty"`
+	// Replace an existing NAME:TAG that has other layers or config (only
+	// its owner project or an admin key may write onto it at all).
+	Force bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
+	// Make the new environment public (true) or private (false); unset: a
+	// new one is private, an existing one keeps its visibility.
+	Public        *bool `protobuf:"varint,5,opt,name=public,proto3,oneof" json:"public,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4204,6 +4210,20 @@ func (x *PackDiffRequest) GetScrub() []string {
 		return x.Scrub
 	}
 	return nil
+}
+
+func (x *PackDiffRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *PackDiffRequest) GetPublic() bool {
+	if x != nil && x.Public != nil {
+		return *x.Public
+	}
+	return false
 }
 
 type PackDiffResponse struct {
@@ -4624,12 +4644,15 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x12\n" +
 	"\x04dirs\x18\x02 \x01(\x03R\x04dirs\x12\x14\n" +
 	"\x05links\x18\x03 \x01(\x03R\x05links\x12\x14\n" +
-	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\"Z\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\"\x98\x01\n" +
 	"\x0fPackDiffRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
-	"\x05scrub\x18\x03 \x03(\tR\x05scrub\"\x82\x02\n" +
+	"\x05scrub\x18\x03 \x03(\tR\x05scrub\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\x12\x1b\n" +
+	"\x06public\x18\x05 \x01(\bH\x00R\x06public\x88\x01\x01B\t\n" +
+	"\a_public\"\x82\x02\n" +
 	"\x10PackDiffResponse\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12!\n" +
 	"\flayer_digest\x18\x02 \x01(\tR\vlayerDigest\x12\x1d\n" +
@@ -4919,6 +4942,7 @@ func file_dsec_sandbox_v1_sandbox_proto_init() {
 		(*UploadTarRequest_Header)(nil),
 		(*UploadTarRequest_Data)(nil),
 	}
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[61].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -2,7 +2,7 @@
 //
 // Source: dsec/admin/v1/admin.proto
 
-// Package dsec.admin.v1 manages API keys.
+// Package dsec.admin.v1 manages API keys and projects.
 package adminv1connect
 
 import (
@@ -38,6 +38,18 @@ const (
 	AdminServiceCreateKeyProcedure = "/dsec.admin.v1.AdminService/CreateKey"
 	// AdminServiceWhoAmIProcedure is the fully-qualified name of the AdminService's WhoAmI RPC.
 	AdminServiceWhoAmIProcedure = "/dsec.admin.v1.AdminService/WhoAmI"
+	// AdminServiceListKeysProcedure is the fully-qualified name of the AdminService's ListKeys RPC.
+	AdminServiceListKeysProcedure = "/dsec.admin.v1.AdminService/ListKeys"
+	// AdminServiceRevokeKeyProcedure is the fully-qualified name of the AdminService's RevokeKey RPC.
+	AdminServiceRevokeKeyProcedure = "/dsec.admin.v1.AdminService/RevokeKey"
+	// AdminServiceGetProjectProcedure is the fully-qualified name of the AdminService's GetProject RPC.
+	AdminServiceGetProjectProcedure = "/dsec.admin.v1.AdminService/GetProject"
+	// AdminServiceSetProjectLimitsProcedure is the fully-qualified name of the AdminService's
+	// SetProjectLimits RPC.
+	AdminServiceSetProjectLimitsProcedure = "/dsec.admin.v1.AdminService/SetProjectLimits"
+	// AdminServiceListProjectsProcedure is the fully-qualified name of the AdminService's ListProjects
+	// RPC.
+	AdminServiceListProjectsProcedure = "/dsec.admin.v1.AdminService/ListProjects"
 )
 
 // AdminServiceClient is a client for the dsec.admin.v1.AdminService service.
@@ -47,6 +59,21 @@ type AdminServiceClient interface {
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	// WhoAmI describes the calling key.
 	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
+	// ListKeys describes every API key, never a secret (admin keys only).
+	ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error)
+	// RevokeKey deletes an API key (admin keys only). Every apiserver
+	// refuses it within a second.
+	RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error)
+	// GetProject returns a project's limits and usage: any project for an
+	// admin key, the key's own project otherwise. A project nobody set limits
+	// for has the defaults (no memory or sandbox limit, max TTL 7 days).
+	GetProject(context.Context, *connect.Request[v1.GetProjectRequest]) (*connect.Response[v1.GetProjectResponse], error)
+	// SetProjectLimits changes a project's limits (admin keys only); fields
+	// left unset keep their value.
+	SetProjectLimits(context.Context, *connect.Request[v1.SetProjectLimitsRequest]) (*connect.Response[v1.SetProjectLimitsResponse], error)
+	// ListProjects lists the projects that have keys or limits (admin keys
+	// only).
+	ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the dsec.admin.v1.AdminService service. By default,
@@ -72,13 +99,48 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("WhoAmI")),
 			connect.WithClientOptions(opts...),
 		),
+		listKeys: connect.NewClient[v1.ListKeysRequest, v1.ListKeysResponse](
+			httpClient,
+			baseURL+AdminServiceListKeysProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListKeys")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeKey: connect.NewClient[v1.RevokeKeyRequest, v1.RevokeKeyResponse](
+			httpClient,
+			baseURL+AdminServiceRevokeKeyProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RevokeKey")),
+			connect.WithClientOptions(opts...),
+		),
+		getProject: connect.NewClient[v1.GetProjectRequest, v1.GetProjectResponse](
+			httpClient,
+			baseURL+AdminServiceGetProjectProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetProject")),
+			connect.WithClientOptions(opts...),
+		),
+		setProjectLimits: connect.NewClient[v1.SetProjectLimitsRequest, v1.SetProjectLimitsResponse](
+			httpClient,
+			baseURL+AdminServiceSetProjectLimitsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SetProjectLimits")),
+			connect.WithClientOptions(opts...),
+		),
+		listProjects: connect.NewClient[v1.ListProjectsRequest, v1.ListProjectsResponse](
+			httpClient,
+			baseURL+AdminServiceListProjectsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListProjects")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	createKey *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
-	whoAmI    *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
+	createKey        *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
+	whoAmI           *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
+	listKeys         *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
+	revokeKey        *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
+	getProject       *connect.Client[v1.GetProjectRequest, v1.GetProjectResponse]
+	setProjectLimits *connect.Client[v1.SetProjectLimitsRequest, v1.SetProjectLimitsResponse]
+	listProjects     *connect.Client[v1.ListProjectsRequest, v1.ListProjectsResponse]
 }
 
 // CreateKey calls dsec.admin.v1.AdminService.CreateKey.
@@ -91,6 +153,31 @@ func (c *adminServiceClient) WhoAmI(ctx context.Context, req *connect.Request[v1
 	return c.whoAmI.CallUnary(ctx, req)
 }
 
+// ListKeys calls dsec.admin.v1.AdminService.ListKeys.
+func (c *adminServiceClient) ListKeys(ctx context.Context, req *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error) {
+	return c.listKeys.CallUnary(ctx, req)
+}
+
+// RevokeKey calls dsec.admin.v1.AdminService.RevokeKey.
+func (c *adminServiceClient) RevokeKey(ctx context.Context, req *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error) {
+	return c.revokeKey.CallUnary(ctx, req)
+}
+
+// GetProject calls dsec.admin.v1.AdminService.GetProject.
+func (c *adminServiceClient) GetProject(ctx context.Context, req *connect.Request[v1.GetProjectRequest]) (*connect.Response[v1.GetProjectResponse], error) {
+	return c.getProject.CallUnary(ctx, req)
+}
+
+// SetProjectLimits calls dsec.admin.v1.AdminService.SetProjectLimits.
+func (c *adminServiceClient) SetProjectLimits(ctx context.Context, req *connect.Request[v1.SetProjectLimitsRequest]) (*connect.Response[v1.SetProjectLimitsResponse], error) {
+	return c.setProjectLimits.CallUnary(ctx, req)
+}
+
+// ListProjects calls dsec.admin.v1.AdminService.ListProjects.
+func (c *adminServiceClient) ListProjects(ctx context.Context, req *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error) {
+	return c.listProjects.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the dsec.admin.v1.AdminService service.
 type AdminServiceHandler interface {
 	// CreateKey makes a new API key. Only admin keys may call it. The secret
@@ -98,6 +185,21 @@ type AdminServiceHandler interface {
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	// WhoAmI describes the calling key.
 	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
+	// ListKeys describes every API key, never a secret (admin keys only).
+	ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error)
+	// RevokeKey deletes an API key (admin keys only). Every apiserver
+	// refuses it within a second.
+	RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error)
+	// GetProject returns a project's limits and usage: any project for an
+	// admin key, the key's own project otherwise. A project nobody set limits
+	// for has the defaults (no memory or sandbox limit, max TTL 7 days).
+	GetProject(context.Context, *connect.Request[v1.GetProjectRequest]) (*connect.Response[v1.GetProjectResponse], error)
+	// SetProjectLimits changes a project's limits (admin keys only); fields
+	// left unset keep their value.
+	SetProjectLimits(context.Context, *connect.Request[v1.SetProjectLimitsRequest]) (*connect.Response[v1.SetProjectLimitsResponse], error)
+	// ListProjects lists the projects that have keys or limits (admin keys
+	// only).
+	ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -119,12 +221,52 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("WhoAmI")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceListKeysHandler := connect.NewUnaryHandler(
+		AdminServiceListKeysProcedure,
+		svc.ListKeys,
+		connect.WithSchema(adminServiceMethods.ByName("ListKeys")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRevokeKeyHandler := connect.NewUnaryHandler(
+		AdminServiceRevokeKeyProcedure,
+		svc.RevokeKey,
+		connect.WithSchema(adminServiceMethods.ByName("RevokeKey")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceGetProjectHandler := connect.NewUnaryHandler(
+		AdminServiceGetProjectProcedure,
+		svc.GetProject,
+		connect.WithSchema(adminServiceMethods.ByName("GetProject")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSetProjectLimitsHandler := connect.NewUnaryHandler(
+		AdminServiceSetProjectLimitsProcedure,
+		svc.SetProjectLimits,
+		connect.WithSchema(adminServiceMethods.ByName("SetProjectLimits")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListProjectsHandler := connect.NewUnaryHandler(
+		AdminServiceListProjectsProcedure,
+		svc.ListProjects,
+		connect.WithSchema(adminServiceMethods.ByName("ListProjects")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/dsec.admin.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateKeyProcedure:
 			adminServiceCreateKeyHandler.ServeHTTP(w, r)
 		case AdminServiceWhoAmIProcedure:
 			adminServiceWhoAmIHandler.ServeHTTP(w, r)
+		case AdminServiceListKeysProcedure:
+			adminServiceListKeysHandler.ServeHTTP(w, r)
+		case AdminServiceRevokeKeyProcedure:
+			adminServiceRevokeKeyHandler.ServeHTTP(w, r)
+		case AdminServiceGetProjectProcedure:
+			adminServiceGetProjectHandler.ServeHTTP(w, r)
+		case AdminServiceSetProjectLimitsProcedure:
+			adminServiceSetProjectLimitsHandler.ServeHTTP(w, r)
+		case AdminServiceListProjectsProcedure:
+			adminServiceListProjectsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -140,4 +282,24 @@ func (UnimplementedAdminServiceHandler) CreateKey(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.admin.v1.AdminService.WhoAmI is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.admin.v1.AdminService.ListKeys is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.admin.v1.AdminService.RevokeKey is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetProject(context.Context, *connect.Request[v1.GetProjectRequest]) (*connect.Response[v1.GetProjectResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.admin.v1.AdminService.GetProject is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SetProjectLimits(context.Context, *connect.Request[v1.SetProjectLimitsRequest]) (*connect.Response[v1.SetProjectLimitsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.admin.v1.AdminService.SetProjectLimits is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.admin.v1.AdminService.ListProjects is not implemented"))
 }

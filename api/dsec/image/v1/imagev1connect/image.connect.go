@@ -49,6 +49,9 @@ const (
 	// ImageServiceDeleteImageProcedure is the fully-qualified name of the ImageService's DeleteImage
 	// RPC.
 	ImageServiceDeleteImageProcedure = "/dsec.image.v1.ImageService/DeleteImage"
+	// ImageServiceSetImagePublicProcedure is the fully-qualified name of the ImageService's
+	// SetImagePublic RPC.
+	ImageServiceSetImagePublicProcedure = "/dsec.image.v1.ImageService/SetImagePublic"
 	// ImageServiceInspectImageProcedure is the fully-qualified name of the ImageService's InspectImage
 	// RPC.
 	ImageServiceInspectImageProcedure = "/dsec.image.v1.ImageService/InspectImage"
@@ -73,13 +76,24 @@ type ImageServiceClient interface {
 	// the header, the following ones the data. Uploading a layer the store
 	// already has is cheap and returns it.
 	UploadLayer(context.Context) *connect.ClientStreamForClient[v1.UploadLayerRequest, v1.UploadLayerResponse]
-	// CreateImage registers NAME[:TAG] as an ordered list of stored layers.
+	// CreateImage registers NAME[:TAG] as an ordered list of stored layers,
+	// owned by the caller's project. Writing onto an existing NAME:TAG needs
+	// its owner project (or an admin key; others get PermissionDenied) and,
+	// for other layers or config, force (else FailedPrecondition); the same
+	// layers and config again are a no-op.
 	CreateImage(context.Context, *connect.Request[v1.CreateImageRequest]) (*connect.Response[v1.CreateImageResponse], error)
+	// GetImage returns an image the caller may run: a public one, or one of
+	// its project (any for an admin key); NotFound otherwise.
 	GetImage(context.Context, *connect.Request[v1.GetImageRequest]) (*connect.Response[v1.GetImageResponse], error)
+	// ListImages lists the images the caller may run.
 	ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error)
-	// DeleteImage removes NAME:TAG. Its layers stay until GarbageCollect
-	// finds them unreferenced and unused.
+	// DeleteImage removes NAME:TAG (its owner project or an admin key;
+	// PermissionDenied for others, NotFound when they may not see it). Its
+	// layers stay until GarbageCollect finds them unreferenced and unused.
 	DeleteImage(context.Context, *connect.Request[v1.DeleteImageRequest]) (*connect.Response[v1.DeleteImageResponse], error)
+	// SetImagePublic makes NAME:TAG public (every project may run it) or
+	// private (only its project), by its owner project or an admin key.
+	SetImagePublic(context.Context, *connect.Request[v1.SetImagePublicRequest]) (*connect.Response[v1.SetImagePublicResponse], error)
 	// InspectImage returns an image with each layer's details, the images
 	// that share each layer and the sandboxes that use it.
 	InspectImage(context.Context, *connect.Request[v1.InspectImageRequest]) (*connect.Response[v1.InspectImageResponse], error)
@@ -138,6 +152,12 @@ func NewImageServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(imageServiceMethods.ByName("DeleteImage")),
 			connect.WithClientOptions(opts...),
 		),
+		setImagePublic: connect.NewClient[v1.SetImagePublicRequest, v1.SetImagePublicResponse](
+			httpClient,
+			baseURL+ImageServiceSetImagePublicProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("SetImagePublic")),
+			connect.WithClientOptions(opts...),
+		),
 		inspectImage: connect.NewClient[v1.InspectImageRequest, v1.InspectImageResponse](
 			httpClient,
 			baseURL+ImageServiceInspectImageProcedure,
@@ -178,6 +198,7 @@ type imageServiceClient struct {
 	getImage       *connect.Client[v1.GetImageRequest, v1.GetImageResponse]
 	listImages     *connect.Client[v1.ListImagesRequest, v1.ListImagesResponse]
 	deleteImage    *connect.Client[v1.DeleteImageRequest, v1.DeleteImageResponse]
+	setImagePublic *connect.Client[v1.SetImagePublicRequest, v1.SetImagePublicResponse]
 	inspectImage   *connect.Client[v1.InspectImageRequest, v1.InspectImageResponse]
 	getLayer       *connect.Client[v1.GetLayerRequest, v1.GetLayerResponse]
 	downloadLayer  *connect.Client[v1.DownloadLayerRequest, v1.DownloadLayerResponse]
@@ -208,6 +229,11 @@ func (c *imageServiceClient) ListImages(ctx context.Context, req *connect.Reques
 // DeleteImage calls dsec.image.v1.ImageService.DeleteImage.
 func (c *imageServiceClient) DeleteImage(ctx context.Context, req *connect.Request[v1.DeleteImageRequest]) (*connect.Response[v1.DeleteImageResponse], error) {
 	return c.deleteImage.CallUnary(ctx, req)
+}
+
+// SetImagePublic calls dsec.image.v1.ImageService.SetImagePublic.
+func (c *imageServiceClient) SetImagePublic(ctx context.Context, req *connect.Request[v1.SetImagePublicRequest]) (*connect.Response[v1.SetImagePublicResponse], error) {
+	return c.setImagePublic.CallUnary(ctx, req)
 }
 
 // InspectImage calls dsec.image.v1.ImageService.InspectImage.
@@ -241,13 +267,24 @@ type ImageServiceHandler interface {
 	// the header, the following ones the data. Uploading a layer the store
 	// already has is cheap and returns it.
 	UploadLayer(context.Context, *connect.ClientStream[v1.UploadLayerRequest]) (*connect.Response[v1.UploadLayerResponse], error)
-	// CreateImage registers NAME[:TAG] as an ordered list of stored layers.
+	// CreateImage registers NAME[:TAG] as an ordered list of stored layers,
+	// owned by the caller's project. Writing onto an existing NAME:TAG needs
+	// its owner project (or an admin key; others get PermissionDenied) and,
+	// for other layers or config, force (else FailedPrecondition); the same
+	// layers and config again are a no-op.
 	CreateImage(context.Context, *connect.Request[v1.CreateImageRequest]) (*connect.Response[v1.CreateImageResponse], error)
+	// GetImage returns an image the caller may run: a public one, or one of
+	// its project (any for an admin key); NotFound otherwise.
 	GetImage(context.Context, *connect.Request[v1.GetImageRequest]) (*connect.Response[v1.GetImageResponse], error)
+	// ListImages lists the images the caller may run.
 	ListImages(context.Context, *connect.Request[v1.ListImagesRequest]) (*connect.Response[v1.ListImagesResponse], error)
-	// DeleteImage removes NAME:TAG. Its layers stay until GarbageCollect
-	// finds them unreferenced and unused.
+	// DeleteImage removes NAME:TAG (its owner project or an admin key;
+	// PermissionDenied for others, NotFound when they may not see it). Its
+	// layers stay until GarbageCollect finds them unreferenced and unused.
 	DeleteImage(context.Context, *connect.Request[v1.DeleteImageRequest]) (*connect.Response[v1.DeleteImageResponse], error)
+	// SetImagePublic makes NAME:TAG public (every project may run it) or
+	// private (only its project), by its owner project or an admin key.
+	SetImagePublic(context.Context, *connect.Request[v1.SetImagePublicRequest]) (*connect.Response[v1.SetImagePublicResponse], error)
 	// InspectImage returns an image with each layer's details, the images
 	// that share each layer and the sandboxes that use it.
 	InspectImage(context.Context, *connect.Request[v1.InspectImageRequest]) (*connect.Response[v1.InspectImageResponse], error)
@@ -302,6 +339,12 @@ func NewImageServiceHandler(svc ImageServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(imageServiceMethods.ByName("DeleteImage")),
 		connect.WithHandlerOptions(opts...),
 	)
+	imageServiceSetImagePublicHandler := connect.NewUnaryHandler(
+		ImageServiceSetImagePublicProcedure,
+		svc.SetImagePublic,
+		connect.WithSchema(imageServiceMethods.ByName("SetImagePublic")),
+		connect.WithHandlerOptions(opts...),
+	)
 	imageServiceInspectImageHandler := connect.NewUnaryHandler(
 		ImageServiceInspectImageProcedure,
 		svc.InspectImage,
@@ -344,6 +387,8 @@ func NewImageServiceHandler(svc ImageServiceHandler, opts ...connect.HandlerOpti
 			imageServiceListImagesHandler.ServeHTTP(w, r)
 		case ImageServiceDeleteImageProcedure:
 			imageServiceDeleteImageHandler.ServeHTTP(w, r)
+		case ImageServiceSetImagePublicProcedure:
+			imageServiceSetImagePublicHandler.ServeHTTP(w, r)
 		case ImageServiceInspectImageProcedure:
 			imageServiceInspectImageHandler.ServeHTTP(w, r)
 		case ImageServiceGetLayerProcedure:
@@ -381,6 +426,10 @@ func (UnimplementedImageServiceHandler) ListImages(context.Context, *connect.Req
 
 func (UnimplementedImageServiceHandler) DeleteImage(context.Context, *connect.Request[v1.DeleteImageRequest]) (*connect.Response[v1.DeleteImageResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.image.v1.ImageService.DeleteImage is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) SetImagePublic(context.Context, *connect.Request[v1.SetImagePublicRequest]) (*connect.Response[v1.SetImagePublicResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.image.v1.ImageService.SetImagePublic is not implemented"))
 }
 
 func (UnimplementedImageServiceHandler) InspectImage(context.Context, *connect.Request[v1.InspectImageRequest]) (*connect.Response[v1.InspectImageResponse], error) {
