@@ -15,6 +15,7 @@ func newDoctorCmd(g *globalFlags) *cobra.Command {
 		asJSON            bool
 		runtime, listen   string
 		uidBase, uidCount uint32
+		uidRanges         int
 	)
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -31,8 +32,9 @@ in a private mount namespace and undone, temporary files removed):
   erofs mount          an EROFS image it builds mounts straight from its file
   idmapped mount       that mount gets an idmapped view for the uid range
   overlay on idmap     overlayfs over that view writes and copies up
-  user namespaces      enabled, and one with the uid range can be made
-  uid range            fits in 32 bits, overlaps no /etc/subuid or /etc/subgid entry
+  user namespaces      enabled, and a sandbox's can be made by its own host uid
+  uid range            the sandboxes' ranges fit in 32 bits and overlap no
+                       /etc/subuid or /etc/subgid entry
   cgroup layout        v1, hybrid or unified
   cgroup controllers   memory and pids (required), cpu, freezer, cgroup2 kill
   oci runtime          crun and/or runc, their versions
@@ -61,9 +63,9 @@ Exit status: 0 when no required check failed, 1 otherwise.`,
 			r := doctor.Run(cmd.Context(), doctor.Env{
 				StateDir: g.resolvedStateDir(),
 				Runtime:  runtime,
-				IDMap:    rootfs.IDMap{HostID: uidBase, Size: uidCount},
-				Binary:   self,
-				Listen:   listen,
+				IDMap:    rootfs.IDMap{HostID: uidBase, Size: uidCount}, UIDRanges: uidRanges,
+				Binary: self,
+				Listen: listen,
 			})
 			if asJSON {
 				err = r.WriteJSON(cmd.OutOrStdout())
@@ -82,8 +84,9 @@ Exit status: 0 when no required check failed, 1 otherwise.`,
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, `print the report as JSON: {"ok": bool, "checks": [{"name", "required", "status", "detail", "fix"}]}`)
 	f.StringVar(&runtime, "runtime", "", "OCI runtime dsec up will use: crun, runc or a path (default: crun if installed, else runc)")
-	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the range sandboxes share (as dsec up --uid-base)")
-	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "size of the sandboxes' uid/gid range (as dsec up --uid-count)")
+	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the sandboxes' id ranges (as dsec up --uid-base)")
+	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "uids/gids per sandbox (as dsec up --uid-count)")
+	f.IntVar(&uidRanges, "uid-ranges", 0, "how many sandbox id ranges follow --uid-base (as dsec up --uid-ranges; 0: 16384)")
 	f.StringVar(&listen, "listen", server.DefaultListen, "API address dsec up will listen on (host:port)")
 	return cmd
 }

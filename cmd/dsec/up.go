@@ -29,6 +29,7 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		cgroupParent, diskQuota         string
 		detach                          bool
 		uidBase, uidCount               uint32
+		uidRanges                       int
 		overcommit                      float64
 		reserve                         string
 		fusionListen, fusionKeyFile     string
@@ -114,7 +115,7 @@ first (see docs/sandboxfusion.md):
 				StateDir: stateDir, Listen: listen, Node: node, Runtime: runtime,
 				CgroupParent: cgroupParent, DiskQuota: diskQuota, WarmPool: warmPool,
 				LazyLayers: lazyLayers, BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: ccSize, ChunkSize: cSize,
-				IDMap:            rootfs.IDMap{HostID: uidBase, Size: uidCount},
+				IDMap: rootfs.IDMap{HostID: uidBase, Size: uidCount}, UIDRanges: uidRanges,
 				Defaults:         edge.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
 				Version: buildVersion(), Logger: log,
@@ -126,8 +127,9 @@ first (see docs/sandboxfusion.md):
 	f.StringVar(&listen, "listen", server.DefaultListen, "address of the API (host:port)")
 	f.StringVar(&node, "node", "", "name of this node, the prefix of its sandbox IDs (default: from the host name)")
 	f.StringVar(&runtime, "runtime", "", "OCI runtime: crun, runc or a path (default: crun if installed, else runc)")
-	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the range sandboxes share")
-	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "size of the sandboxes' uid/gid range")
+	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the sandboxes' id ranges (each sandbox has a range of its own)")
+	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "uids/gids per sandbox (the size of each sandbox's range)")
+	f.IntVar(&uidRanges, "uid-ranges", 0, "how many sandboxes' id ranges follow --uid-base, which bounds the sandboxes held at once (0: 16384, or as many as fit below 2^32)")
 	f.Float64Var(&overcommit, "memory-overcommit", 4, "memory limits may add up to this many times the node's memory")
 	f.StringVar(&reserve, "memory-reserve", "512M", "refuse new sandboxes while less memory than this is available")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error (the node keeper takes DSEC_LOG_LEVEL)")
@@ -245,8 +247,9 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 				StateDir: g.resolvedStateDir(), Runtime: runtime, CgroupParent: cgroupParent, DiskQuota: diskQuota,
 				WarmPool:   warmPool,
 				BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: chunkCacheSize, ChunkSize: chunkSize,
-				IDMap:   rootfs.IDMap{HostID: uidBase, Size: uidCount},
+				IDMap: rootfs.IDMap{HostID: uidBase, Size: uidCount}, UIDRanges: uidRanges,
 				Version: buildVersion(), Logger: log,
+		uidRanges                        int
 			})
 			if errors.Is(err, context.Canceled) {
 				return nil
@@ -264,6 +267,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	f.Int64Var(&chunkCacheSize, "chunk-cache-size", 0, "chunk cache cap in bytes (0: none)")
 	f.Int64Var(&chunkSize, "chunk-size", 0, "chunk size of the chunk cache in bytes (0: 1 MiB)")
 	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the sandboxes' range")
-	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "size of the range")
+	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "ids per sandbox")
+	f.IntVar(&uidRanges, "uid-ranges", 0, "sandboxes' id ranges (0: the default)")
 	return cmd
 }

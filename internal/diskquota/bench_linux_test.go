@@ -106,7 +106,12 @@ func BenchmarkOverlayWrite(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if err := rootfs.Overlay(merged, upper, work, []string{lower}); err != nil {
+		lowerDir, err := os.Open(lower)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer lowerDir.Close()
+		if err := rootfs.Overlay(merged, upper, work, []*os.File{lowerDir}); err != nil {
 			b.Fatal(err)
 		}
 		defer unix.Unmount(merged, 0)

@@ -436,7 +436,12 @@ func TestOverlay(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(lower, "hello"), []byte("hi\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := rootfs.Overlay(merged, d.Upper, d.Work, []string{lower}); err != nil {
+			lowerDir, err := os.Open(lower)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lowerDir.Close()
+			if err := rootfs.Overlay(merged, d.Upper, d.Work, []*os.File{lowerDir}); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
@@ -445,7 +450,7 @@ func TestOverlay(t *testing.T) {
 				}
 			})
 
-			err := checkFull(t, sandboxUID, filepath.Join(merged, "big"), limit, slack(mode, limit))
+			err = checkFull(t, sandboxUID, filepath.Join(merged, "big"), limit, slack(mode, limit))
 			t.Logf("%s: a sandbox past its limit gets %v (errno %d)", mode, err, err)
 			checkUsage(t, f, "box", limit-slack(mode, limit), limit+1<<20)
 			if b, err := os.ReadFile(filepath.Join(merged, "hello")); err != nil || string(b) != "hi\n" {

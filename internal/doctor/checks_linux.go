@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -248,12 +249,39 @@ func checkUserns(_ context.Context, env Env) Result {
 	if r, ok := needRootAndRange(env); !ok {
 		return r
 	}
-	f, err := rootfs.NewUserns(env.IDMap, env.Binary, nsexec.InitEnv())
+	// As the keeper makes each sandbox's: by a helper running as the
+	// sandbox's host root, so that the namespace is that uid's.
+	self, err := os.Open(env.Binary)
 	if err != nil {
-		return failf("see the uid range and dsec binary checks", "cannot make a user namespace for the sandboxes' range: %v", err)
+		return failf("see the dsec binary check", "open %s: %v", env.Binary, err)
 	}
-	f.Close()
-	return okf("made one mapping host ids %d–%d; up to %d may exist", env.IDMap.HostID, uint64(env.IDMap.HostID)+uint64(env.IDMap.Size)-1, n)
+	defer self.Close()
+	var pid int
+	start := func(argv, envv []string, files []uintptr, sys *syscall.SysProcAttr) (int, error) {
+		p, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Env: envv, Files: files, Sys: sys})
+		pid = p
+		return p, err
+	}
+	u, err := nsexec.NewUserNS(self, env.IDMap.HostID, env.IDMap.Size, nil, start)
+	if pid > 0 {
+		defer func() {
+			var ws syscall.WaitStatus
+			for {
+				if _, err := syscall.Wait4(pid, &ws, 0, nil); !errors.Is(err, syscall.EINTR) {
+					break
+				}
+			}
+		}()
+	}
+	if err != nil {
+		if pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return failf("allow unprivileged user namespaces (user.max_user_namespaces > 0; no distribution switch turning them off), and see the uid range and dsec binary checks",
+			"cannot make a sandbox's user namespace as its host uid %d: %v", env.IDMap.HostID, err)
+	}
+	u.Close()
+	return okf("made one owned by host uid %d, mapping host ids %d–%d; up to %d may exist", env.IDMap.HostID, env.IDMap.HostID, uint64(env.IDMap.HostID)+uint64(env.IDMap.Size)-1, n)
 }
 
 func checkUIDRange(_ context.Context, env Env) Result {
@@ -264,7 +292,7 @@ func checkUIDRange(_ context.Context, env Env) Result {
 		}
 		return parseSubIDs(b)
 	}
-	return uidRangeResult(env.IDMap, read("/etc/subuid"), read("/etc/subgid"))
+	return uidRangeResult(env.span(), read("/etc/subuid"), read("/etc/subgid"))
 }
 
 // uidRangeResult judges the sandboxes' id range against the subordinate id

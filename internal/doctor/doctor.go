@@ -27,6 +27,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/dsecproject/dsec/internal/keeper"
 	"github.com/dsecproject/dsec/internal/rootfs"
 )
 
@@ -109,14 +110,29 @@ type Env struct {
 	// Runtime is the OCI runtime dsec up would use: "crun", "runc" or a
 	// path. Default: crun when installed, else runc.
 	Runtime string
-	// IDMap is the host uid/gid range sandboxes share. Default
-	// rootfs.Default.
-	IDMap rootfs.IDMap
+	// IDMap is the first sandbox's host uid/gid range (each sandbox has
+	// one of its own, the next ones following it), UIDRanges how many
+	// there are (0: the keeper's default). Default rootfs.Default.
+	IDMap     rootfs.IDMap
+	UIDRanges int
 	// Binary is the dsec binary (the sandboxes' init and exec helper).
 	// Default: the running executable.
 	Binary string
 	// Listen is the API address, host:port. Default 127.0.0.1:7420.
 	Listen string
+}
+
+// span is the whole host id range the sandboxes' ranges take.
+func (e Env) span() rootfs.IDMap {
+	n := uint64(e.UIDRanges)
+	if n == 0 {
+		n = keeper.DefaultUIDRanges
+	}
+	total := n * uint64(e.IDMap.Size)
+	if most := uint64(1<<32-1) - uint64(e.IDMap.HostID); total > most {
+		total = most - most%uint64(max(e.IDMap.Size, 1))
+	}
+	return rootfs.IDMap{HostID: e.IDMap.HostID, Size: uint32(total)}
 }
 
 // withDefaults fills in the zero fields.

@@ -81,7 +81,7 @@ func runMountProbe(ctx context.Context, env Env, upTo stage) (probeResult, error
 	res.imageSize = size
 	var userns *os.File
 	if upTo >= stageIDMap {
-		userns, err = rootfs.NewUserns(env.IDMap, env.Binary, nsexec.InitEnv())
+		userns, err = rootfs.NewUserns(env.IDMap, env.Binary, nsexec.PauseEnv())
 		if err != nil {
 			return res, setupErr("%w", err)
 		}
@@ -94,16 +94,21 @@ func runMountProbe(ctx context.Context, env Env, upTo stage) (probeResult, error
 		if upTo < stageIDMap {
 			return nil
 		}
-		layers, err := rootfs.NewLayers(filepath.Join(dir, "layers"), userns, slog.New(slog.DiscardHandler))
+		layers, err := rootfs.NewLayers(filepath.Join(dir, "layers"), slog.New(slog.DiscardHandler))
 		if err != nil {
 			return &stageError{stageIDMap, err}
 		}
-		view, err := layers.Acquire(digest, image)
+		raw, err := layers.Acquire(digest, image)
 		if err != nil {
 			return &stageError{stageIDMap, err}
 		}
 		defer layers.Release(digest)
-		if err := checkOwners(view, env.IDMap, "the idmapped view"); err != nil {
+		view, err := rootfs.IDMapped(raw, userns)
+		if err != nil {
+			return &stageError{stageIDMap, err}
+		}
+		defer view.Close()
+		if err := checkOwners(fmt.Sprintf("/proc/self/fd/%d", view.Fd()), env.IDMap, "the idmapped view"); err != nil {
 			return &stageError{stageIDMap, err}
 		}
 		if upTo < stageOverlay {
@@ -218,14 +223,14 @@ func checkOwners(dir string, m rootfs.IDMap, what string, only ...string) error 
 // probeOverlay mounts an overlayfs over the idmapped view as a sandbox's
 // root is mounted (rootfs.Overlay), then writes a file and copies one up,
 // which must keep its mapped owner.
-func probeOverlay(dir, view string, m rootfs.IDMap) (err error) {
+func probeOverlay(dir string, view *os.File, m rootfs.IDMap) (err error) {
 	target, upper, work := filepath.Join(dir, "root"), filepath.Join(dir, "upper"), filepath.Join(dir, "work")
 	for _, d := range []string{target, upper, work} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			return err
 		}
 	}
-	if err := rootfs.Overlay(target, upper, work, []string{view}); err != nil {
+	if err := rootfs.Overlay(target, upper, work, []*os.File{view}); err != nil {
 		return err
 	}
 	defer func() {

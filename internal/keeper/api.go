@@ -21,11 +21,12 @@ import (
 
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/rootfs"
 )
 
 // Protocol is the version of the edge↔keeper protocol; a keeper answering
 // another version is restarted when it has no sandboxes, else reported.
-const Protocol = 1
+const Protocol = 2
 
 // CreateRequest asks for a sandbox.
 type CreateRequest struct {
@@ -58,6 +59,30 @@ type SandboxInfo struct {
 	// not named by ID: a sandbox started warm, before anyone asked for it,
 	// keeps the name it was started under. A warm sandbox has no ID yet.
 	Slot string `json:"slot,omitempty"`
+	// IDBase and IDSize are the sandbox's own host id range: id 0 inside
+	// is IDBase on the host. Zero in the records of older keepers, whose
+	// sandboxes shared the node's first range (see IDs).
+	IDBase uint32 `json:"id_base,omitempty"`
+	IDSize uint32 `json:"id_size,omitempty"`
+	// NS are the device and inode numbers of the init's namespaces when it
+	// started, by name ("mnt", "pid", ...): execs and file operations
+	// refuse a sandbox whose init is in other namespaces now.
+	NS map[string]NSID `json:"ns,omitempty"`
+}
+
+// NSID names a namespace: the device and inode of its nsfs file.
+type NSID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
+}
+
+// IDs returns the sandbox's host id range; def is the node's first range,
+// which sandboxes of older keepers (no IDBase recorded) shared.
+func (i SandboxInfo) IDs(def rootfs.IDMap) rootfs.IDMap {
+	if i.IDBase == 0 || i.IDSize == 0 {
+		return def
+	}
+	return rootfs.IDMap{HostID: i.IDBase, Size: i.IDSize}
 }
 
 // slot is the name of the sandbox's cgroup and runtime container.

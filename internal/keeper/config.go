@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/nsexec"
 	"github.com/dsecproject/dsec/internal/rootfs"
 )
 
@@ -23,8 +24,14 @@ type Config struct {
 	// Self is the dsec binary, statically linked: the sandboxes' init and
 	// the exec helper. Default: the running executable.
 	Self string
-	// IDMap is the host id range sandboxes share. Default rootfs.Default.
+	// IDMap is the first of the sandboxes' host id ranges: each sandbox
+	// gets a range of its own, of IDMap.Size ids, the i-th starting at
+	// IDMap.HostID + i*IDMap.Size. Default rootfs.Default.
 	IDMap rootfs.IDMap
+	// UIDRanges is how many such ranges there are, which bounds the
+	// sandboxes a node holds at once. Default 16384, or as many as fit
+	// below 2^32.
+	UIDRanges int
 	// CgroupParent holds every sandbox's cgroup. Default "dsec".
 	CgroupParent string
 	// OutputLimit caps each exec output stream. Default 16 MiB.
@@ -67,6 +74,33 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
+// DefaultUIDRanges is Config.UIDRanges' default: five times the 3,200
+// sandboxes a node holds at most today.
+const DefaultUIDRanges = 16384
+
+// usernsLimits are set inside every sandbox's user namespace
+// (/proc/sys/user). Each bounds what one user of the sandbox may have of
+// the thing; the kernel also charges it to the namespace's owner, the
+// sandbox's own host uid, in the host's namespace, where the host's own
+// limits bound the whole sandbox. Namespaces beyond the ones the runtime
+// makes are not needed: new user namespaces are refused outright (the
+// seccomp policy refuses them too) and the others need a capability the
+// sandbox lacks, so their limits are a second wall only.
+var usernsLimits = []nsexec.Limit{
+	{Name: "max_user_namespaces", Value: 0},
+	{Name: "max_mnt_namespaces", Value: 32},
+	{Name: "max_pid_namespaces", Value: 32},
+	{Name: "max_net_namespaces", Value: 32},
+	{Name: "max_ipc_namespaces", Value: 32},
+	{Name: "max_uts_namespaces", Value: 32},
+	{Name: "max_cgroup_namespaces", Value: 32},
+	{Name: "max_time_namespaces", Value: 32},
+	{Name: "max_inotify_instances", Value: 128},
+	{Name: "max_inotify_watches", Value: 65536},
+	{Name: "max_fanotify_groups", Value: 16},
+	{Name: "max_fanotify_marks", Value: 8192},
+}
+
 func (c *Config) setDefaults() error {
 	if c.StateDir == "" {
 		return errors.New("keeper: no state directory")
@@ -80,6 +114,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.IDMap == (rootfs.IDMap{}) {
 		c.IDMap = rootfs.Default
+	}
+	if most := maxUIDRanges(c.IDMap.HostID, c.IDMap.Size); c.UIDRanges <= 0 || c.UIDRanges > most {
+		if c.UIDRanges > most {
+			return fmt.Errorf("keeper: %d id ranges of %d ids from %d do not fit 32-bit ids (at most %d)", c.UIDRanges, c.IDMap.Size, c.IDMap.HostID, most)
+		}
+		c.UIDRanges = min(DefaultUIDRanges, most)
+		if c.UIDRanges == 0 {
+			return fmt.Errorf("keeper: id range %d+%d does not fit 32-bit ids", c.IDMap.HostID, c.IDMap.Size)
+		}
 	}
 	if c.CgroupParent == "" {
 		c.CgroupParent = "dsec"

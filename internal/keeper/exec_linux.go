@@ -143,7 +143,8 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	var stdio [3]*os.File
 	var readers [2]*os.File // what the pumps read: pipes, or the pty master
 	if spec.TTY {
-		master, slave, err := openPTY(info.Pid, k.cfg.IDMap.HostID+spec.UID, k.cfg.IDMap.HostID+5, spec.Rows, spec.Cols)
+		ids := info.IDs(k.cfg.IDMap)
+		master, slave, err := openPTY(info.Pid, ids.HostID+spec.UID, ids.HostID+5, spec.Rows, spec.Cols)
 		if err != nil {
 			closeKept()
 			return fail(err)
@@ -176,6 +177,12 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	}
 
 	tm.mark("setup")
+	// The command joins the init's namespaces: only those it was started
+	// in, never ones an agent got it into.
+	if err := CheckNamespaces(info.Pid, info.NS); err != nil {
+		closeKept()
+		return fail(fmt.Errorf("sandbox %s: %w", req.Sandbox, err))
+	}
 	procs, err := k.boxProcs(b)
 	if err != nil {
 		closeKept()

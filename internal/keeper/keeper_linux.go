@@ -23,7 +23,6 @@ import (
 	"github.com/dsecproject/dsec/internal/diskquota"
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
-	"github.com/dsecproject/dsec/internal/nsexec"
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/seccomp"
 )
@@ -37,7 +36,7 @@ type Keeper struct {
 	zyg    *zygotes
 	cg     *cgroup.Manager
 	layers *rootfs.Layers
-	userns *os.File
+	uids   *uidPool // the sandboxes' host id ranges
 	self   *os.File // the dsec binary, passed to the runtime for the init
 	lock   *os.File
 	// seccomp is the filter every exec'd command gets (nil: none).
@@ -147,13 +146,8 @@ func (k *Keeper) setup() error {
 	if err != nil {
 		return err
 	}
-	// The user namespace must be made before the reaper runs, which would
-	// otherwise reap its helper.
-	k.userns, err = rootfs.NewUserns(k.cfg.IDMap, k.cfg.Self, nsexec.InitEnv())
-	if err != nil {
-		return err
-	}
-	k.layers, err = rootfs.NewLayers(filepath.Join(k.l.RunDir(), "layers"), k.userns, k.log)
+	k.uids = newUIDPool(k.cfg.IDMap, k.cfg.UIDRanges)
+	k.layers, err = rootfs.NewLayers(filepath.Join(k.l.RunDir(), "layers"), k.log)
 	if err != nil {
 		return err
 	}
@@ -224,7 +218,7 @@ func (k *Keeper) teardown() {
 	if k.reaper != nil {
 		k.reaper.close()
 	}
-	for _, f := range []*os.File{k.userns, k.self, k.lock} {
+	for _, f := range []*os.File{k.self, k.lock} {
 		if f != nil {
 			f.Close()
 		}
@@ -344,6 +338,7 @@ func (k *Keeper) adopt() {
 		}
 		bx := k.newBox(info)
 		bx.info.Adopted = true
+		k.uids.hold(info.IDs(k.cfg.IDMap))
 		if st, err := ProcStartTime(info.Pid); err != nil || st != info.StartTime {
 			k.exited(bx, "the sandbox's init ended while no keeper ran")
 		} else {

@@ -149,7 +149,7 @@ func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer
 	}
 	defer thaw()
 	li, err := layer.BuildDiff(ctx, upper, tmp, layer.Diff{
-		HostID: k.cfg.IDMap.HostID, Size: k.cfg.IDMap.Size, Scrub: req.Scrub,
+		HostID: info.IDs(k.cfg.IDMap).HostID, Size: info.IDs(k.cfg.IDMap).Size, Scrub: req.Scrub,
 	}, layer.Options{TempDir: k.l.RunDir()})
 	tm.mark("build")
 	thaw()

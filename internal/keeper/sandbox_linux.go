@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -204,7 +205,15 @@ func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 		d := k.disk.Dir(name)
 		upper, work = d.Upper, d.Work
 	}
-	root := int(k.cfg.IDMap.HostID)
+	// The sandbox's own host ids, held until destroy gives them back.
+	ids, err := k.uids.take()
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.info.IDBase, b.info.IDSize = ids.HostID, ids.Size
+	b.mu.Unlock()
+	root := int(ids.HostID)
 	if err := os.Chown(upper, root, root); err != nil {
 		return fmt.Errorf("sandbox dir: %w", err)
 	}
@@ -214,21 +223,36 @@ func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 	if err := os.Chmod(p.dir, 0o711); err != nil {
 		return fmt.Errorf("sandbox dir: %w", err)
 	}
-
 	tm.mark("disk")
-	lowers := make([]string, 0, len(req.Layers))
+
+	// The user namespace is made by a helper running as the sandbox's host
+	// root, so the kernel charges the sandbox's counts to that uid and not
+	// to the host's root; the runtime joins it.
+	userns, err := nsexec.NewUserNS(k.self, ids.HostID, ids.Size, usernsLimits, k.startHelper)
+	if err != nil {
+		return fmt.Errorf("sandbox user namespace: %w", err)
+	}
+	defer userns.Close()
+	tm.mark("userns")
+
+	views := make([]*os.File, 0, len(req.Layers))
+	defer func() {
+		for _, v := range views {
+			v.Close()
+		}
+	}()
 	for i := len(req.Layers) - 1; i >= 0; i-- { // overlay wants the top first
 		l := req.Layers[i]
-		var view string
+		var raw string
 		var err error
 		switch {
 		case l.Lazy == nil:
-			view, err = k.layers.Acquire(l.Digest, l.Path)
+			raw, err = k.layers.Acquire(l.Digest, l.Path)
 		case k.lazy == nil:
 			err = errdefs.Newf(errdefs.ErrFailedPrecondition,
 				"layer %s is stored for lazy loading only, and this node has no blob source: start it with --blob-source", l.Digest)
 		default:
-			view, err = k.layers.AcquireLazy(l.Digest, k.lazy.opener(ctx, l))
+			raw, err = k.layers.AcquireLazy(l.Digest, k.lazy.opener(ctx, l))
 		}
 		if err != nil {
 			return err
@@ -236,10 +260,14 @@ func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 		b.mu.Lock()
 		b.layers = append(b.layers, l.Digest)
 		b.mu.Unlock()
-		lowers = append(lowers, view)
+		view, err := rootfs.IDMapped(raw, userns.File())
+		if err != nil {
+			return err
+		}
+		views = append(views, view)
 	}
 	tm.mark("layers")
-	if err := rootfs.Overlay(p.rootfs(), upper, work, lowers); err != nil {
+	if err := rootfs.Overlay(p.rootfs(), upper, work, views); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -256,9 +284,10 @@ func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 		Hostname:    slot,
 		Args:        []string{"/proc/self/fd/3"},
 		Env:         nsexec.InitEnv(),
-		HostUID:     k.cfg.IDMap.HostID,
-		HostGID:     k.cfg.IDMap.HostID,
-		Size:        k.cfg.IDMap.Size,
+		HostUID:     ids.HostID,
+		HostGID:     ids.HostID,
+		Size:        ids.Size,
+		UserNS:      userns.Path(),
 		CgroupsPath: "/" + k.cfg.CgroupParent + "/" + slot,
 		Caps:        nsexec.CapNames(nsexec.DefaultCaps),
 	})
@@ -272,6 +301,7 @@ func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 	if err != nil {
 		return err
 	}
+	userns.Close() // the init holds the namespace now
 	exitCh := k.reaper.watch(pid)
 	st, err := ProcStartTime(pid)
 	if err != nil {
@@ -283,9 +313,14 @@ func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 		// cgroup2 group of hybrid hosts.
 		return fmt.Errorf("sandbox cgroup: %w", err)
 	}
+	ns, err := namespacesOf(pid)
+	if err != nil {
+		return fmt.Errorf("sandbox init ended at start: %w", err)
+	}
 	b.mu.Lock()
 	b.info.Pid = pid
 	b.info.StartTime = st
+	b.info.NS = ns
 	b.info.State = sandbox.StateRunning
 	b.initExit = exitCh
 	info := b.info
@@ -334,12 +369,30 @@ func (k *Keeper) detachMounts(b *box, p boxPaths) {
 }
 
 // runtimeRun runs the OCI runtime's `run --detach` and returns the init's
-// pid. The init is the dsec binary (fd 3), which the runtime keeps open for
-// it with --preserve-fds.
+// pid. The init is the dsec binary (fd 3) and reads its seccomp filter from
+// fd 4 (nsexec.InitFilterFD), both kept open for it with --preserve-fds.
 func (k *Keeper) runtimeRun(ctx context.Context, id string, p boxPaths) (int, error) {
+	filter, err := filterPipe(k.seccomp)
+	if err != nil {
+		return 0, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	defer filter.Close()
+	// The runtime starts inside the sandbox's cgroup2 group, so the cgroup
+	// namespace it makes has that group as its root and /proc/self/cgroup
+	// inside names no group of the host (v1 groups the runtime joins
+	// itself before it makes the namespace).
+	sys := &syscall.SysProcAttr{}
+	if dir := k.cg.V2Dir(id); dir != "" {
+		cg, err := os.Open(dir)
+		if err != nil {
+			return 0, fmt.Errorf("start sandbox %s: open its cgroup: %w", id, err)
+		}
+		defer cg.Close()
+		sys.UseCgroupFD, sys.CgroupFD = true, int(cg.Fd())
+	}
 	pidFile := filepath.Join(p.bundle(), "init.pid")
-	out, err := k.runtime(ctx, []uintptr{k.self.Fd()},
-		"run", "--detach", "--preserve-fds", "1", "--pid-file", pidFile, "--bundle", p.bundle(), id)
+	out, err := k.runtimeIn(ctx, sys, []uintptr{k.self.Fd(), filter.Fd()},
+		"run", "--detach", "--preserve-fds", "2", "--pid-file", pidFile, "--bundle", p.bundle(), id)
 	if err != nil {
 		return 0, fmt.Errorf("start sandbox %s: %w: %s", id, err, out)
 	}
@@ -363,8 +416,13 @@ func (k *Keeper) runtimeRoot() string {
 // runtime runs the OCI runtime with extra fds from 3 on and returns its
 // combined output.
 func (k *Keeper) runtime(ctx context.Context, extra []uintptr, args ...string) (string, error) {
+	return k.runtimeIn(ctx, &syscall.SysProcAttr{}, extra, args...)
+}
+
+// runtimeIn is runtime with the process attributes sys.
+func (k *Keeper) runtimeIn(ctx context.Context, sys *syscall.SysProcAttr, extra []uintptr, args ...string) (string, error) {
 	argv := append([]string{k.cfg.Runtime, "--root", k.runtimeRoot()}, args...)
-	out, err := k.run(ctx, argv, extra)
+	out, err := k.runIn(ctx, sys, argv, extra)
 	msg := strings.TrimSpace(string(bytes.ToValidUTF8(out, nil)))
 	if err != nil {
 		return msg, fmt.Errorf("%s %s: %w", filepath.Base(k.cfg.Runtime), args[0], err)
@@ -372,24 +430,46 @@ func (k *Keeper) runtime(ctx context.Context, extra []uintptr, args ...string) (
 	return msg, nil
 }
 
+// maxRunOutput bounds what run keeps of a program's output.
+const maxRunOutput = 64 << 10
+
 // run runs a program as a child the reaper waits for (never os/exec: the
 // reaper would steal its exit) and returns its combined output; a failure
 // says how the program ended.
+//
+// Its stdio are pipes, never a file or device of the host: an OCI runtime
+// chowns its stdio to the container's root and hands them to the
+// sandbox's init, so a host /dev/null or output file given here would be
+// the sandbox's to chmod or to fill. stdin is at end of file; output is
+// read until the program has ended (a detached init may hold the pipe for
+// longer: what it writes later is not waited for).
 func (k *Keeper) run(ctx context.Context, argv []string, extra []uintptr) ([]byte, error) {
-	outf, err := os.CreateTemp(k.l.RunDir(), "run-*.out")
+	return k.runIn(ctx, &syscall.SysProcAttr{}, argv, extra)
+}
+
+// runIn is run with the process attributes sys.
+func (k *Keeper) runIn(ctx context.Context, sys *syscall.SysProcAttr, argv []string, extra []uintptr) ([]byte, error) {
+	stdin, closeStdin, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(outf.Name())
-	defer outf.Close()
-	devnull, err := os.Open(os.DevNull)
+	closeStdin.Close()
+	defer stdin.Close()
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	defer devnull.Close()
-	files := append([]uintptr{devnull.Fd(), outf.Fd(), outf.Fd()}, extra...)
+	defer outR.Close()
+	out := newBoundedBuffer(maxRunOutput)
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(out, outR)
+	}()
+	files := append([]uintptr{stdin.Fd(), outW.Fd(), outW.Fd()}, extra...)
 	t0 := time.Now()
-	pid, ch, err := k.reaper.startProcess(argv, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, files, &syscall.SysProcAttr{}, "")
+	pid, ch, err := k.reaper.startProcess(argv, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, files, sys, "")
+	outW.Close()
 	t1 := time.Now()
 	defer func() {
 		k.log.Debug("run", "argv0", argv[0], "fork_ms", t1.Sub(t0).Seconds()*1000, "total_ms", time.Since(t0).Seconds()*1000)
@@ -404,11 +484,110 @@ func (k *Keeper) run(ctx context.Context, argv []string, extra []uintptr) ([]byt
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		ws = <-ch
 	}
-	out, _ := os.ReadFile(outf.Name())
+	// What the program wrote is in the pipe by now; stop at its end
+	// rather than wait for another holder of the write end.
+	_ = outR.SetReadDeadline(time.Now().Add(runDrain))
+	<-copied
 	if ws.Exited() && ws.ExitStatus() == 0 {
-		return out, nil
+		return out.Bytes(), nil
 	}
-	return out, errors.New(describeWait(ws, filepath.Base(argv[0])))
+	return out.Bytes(), errors.New(describeWait(ws, filepath.Base(argv[0])))
+}
+
+// runDrain is how long run reads output still in the pipe after the
+// program ended.
+const runDrain = 20 * time.Millisecond
+
+// startHelper starts a helper process as a child the reaper reaps
+// (nsexec.StartFunc).
+func (k *Keeper) startHelper(argv, env []string, files []uintptr, sys *syscall.SysProcAttr) (int, error) {
+	pid, _, err := k.reaper.startProcess(argv, env, files, sys, "")
+	return pid, err
+}
+
+// namespaceNames are the namespaces recorded of a sandbox's init.
+var namespaceNames = []string{"cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts"}
+
+// namespacesOf returns the namespaces of process pid (those this kernel
+// has).
+func namespacesOf(pid int) (map[string]NSID, error) {
+	out := make(map[string]NSID, len(namespaceNames))
+	for _, n := range namespaceNames {
+		var st unix.Stat_t
+		err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, n), &st)
+		if errors.Is(err, unix.ENOENT) && n == "time" {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("namespace %s of process %d: %w", n, pid, err)
+		}
+		out[n] = NSID{Dev: st.Dev, Ino: st.Ino}
+	}
+	return out, nil
+}
+
+// CheckNamespaces fails with FailedPrecondition when process pid is not in
+// the namespaces recorded of it (want; nil checks nothing). A sandbox's
+// init never changes its namespaces; one that did was taken over, and
+// what it sees is not what the platform set up.
+func CheckNamespaces(pid int, want map[string]NSID) error {
+	if want == nil {
+		return nil
+	}
+	got, err := namespacesOf(pid)
+	if err != nil {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "the sandbox's init is gone: %v", err)
+	}
+	for n, w := range want {
+		if got[n] != w {
+			return errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"the sandbox's init is no longer in the %s namespace it was started in: the sandbox was tampered with; delete it", n)
+		}
+	}
+	return nil
+}
+
+// filterPipe returns the read end of a pipe that holds filter and is
+// closed for writing: the init reads it to its end.
+func filterPipe(filter []byte) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	if len(filter) > 64<<10 {
+		r.Close()
+		return nil, fmt.Errorf("seccomp filter of %d bytes does not fit a pipe", len(filter))
+	}
+	if _, err := w.Write(filter); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("seccomp filter: %w", err)
+	}
+	return r, nil
+}
+
+// boundedBuffer keeps the first max bytes written to it and drops the rest.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	buf []byte // guarded by mu
+	max int
+}
+
+func newBoundedBuffer(max int) *boundedBuffer { return &boundedBuffer{max: max} }
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - len(b.buf); room > 0 {
+		b.buf = append(b.buf, p[:min(len(p), room)]...)
+	}
+	return len(p), nil
+}
+
+func (b *boundedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf)
 }
 
 func describeWait(ws syscall.WaitStatus, what string) string {
@@ -564,6 +743,15 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 	tm.mark("cgroup")
 	if err := os.RemoveAll(p.dir); err != nil {
 		log.Warn("remove sandbox dir", "err", err)
+	}
+	// Last: nothing of the sandbox runs or is left with its ids.
+	b.mu.Lock()
+	ids, held := b.info.IDs(k.cfg.IDMap), b.info.IDBase != 0 || b.info.Adopted
+	b.info.IDBase, b.info.IDSize = 0, 0
+	b.info.Adopted = false
+	b.mu.Unlock()
+	if held {
+		k.uids.put(ids)
 	}
 }
 

@@ -16,8 +16,24 @@ import (
 const ModeEnv = "_DSEC_NSEXEC"
 
 // InitEnv returns the environment that makes a binary importing this package
-// act as a sandbox init.
+// act as a sandbox init. The init reads the sandbox's seccomp filter (a
+// compiled filter, as ExecConfig.Seccomp) from descriptor InitFilterFD and
+// installs it before anything else; without one it exits.
 func InitEnv() []string { return []string{ModeEnv + "=init"} }
+
+// InitFilterFD is the init's descriptor of its seccomp filter.
+const InitFilterFD = 4
+
+// Limit is one limit of a user namespace: the name of a file in
+// /proc/sys/user ("max_inotify_instances") and its value (NewUserNS).
+type Limit struct {
+	Name  string
+	Value uint64
+}
+
+// PauseEnv returns the environment of a process that only waits, with
+// every signal blocked (SIGKILL ends it): a holder of namespaces.
+func PauseEnv() []string { return []string{ModeEnv + "=pause"} }
 
 // Limits of an encoded configuration; the C decoder enforces the same.
 const (

@@ -17,6 +17,11 @@
  *   zygote  a fork server that StartZygote (zygote_linux.go) starts: it
  *           takes requests on a socket and forks, for each, a worker that
  *           does what the exec helper does. It lives in zygote_linux.c.
+ *   userns  makes a sandbox's user namespace as the uid it runs under (the
+ *           sandbox's own host root), sets its limits, and holds it while
+ *           the runtime joins it (userns_linux.go).
+ *   pause   blocks every signal and waits; a process that only holds its
+ *           namespaces open (rootfs.NewUserns).
  *
  * Rules of these files: no library beyond libc, no stdio, every system
  * call's result checked, EINTR retried where a call can return it. Every
@@ -67,6 +72,12 @@
 /* Descriptors of the exec mode, set up by Spawn. */
 #define CONFIG_FD 3
 #define STATUS_FD 4
+
+/* The init's seccomp filter (init mode), passed by the OCI runtime. */
+#define INIT_FILTER_FD 4
+
+/* The user namespace helper's socket to the keeper (userns mode). */
+#define USERNS_FD 3
 
 /*
  * Where the helper (P) reports: STATUS_FD in exec mode, the request's status
@@ -227,11 +238,65 @@ static void init_fatal(const char *what)
 	_exit(1);
 }
 
+static void install_filter(struct sock_filter *filter, unsigned short len);
+
+/*
+ * init_filter reads the sandbox's seccomp filter from INIT_FILTER_FD (all of
+ * it, at most MAX_SECCOMP_INSNS instructions) and installs it. The init
+ * refuses to run without one: an unfiltered pid 1 is what an agent would
+ * inject code into to escape the policy every other process has.
+ */
+static void init_filter(void)
+{
+	static struct sock_filter filter[MAX_SECCOMP_INSNS + 1];
+	ssize_t n = read_full(INIT_FILTER_FD, filter, sizeof(filter));
+
+	if (n < 0)
+		init_fatal("read seccomp filter (fd 4)");
+	if (n == 0 || n % (ssize_t)sizeof(struct sock_filter) != 0 ||
+	    (size_t)n > MAX_SECCOMP_INSNS * sizeof(struct sock_filter)) {
+		errno = EINVAL;
+		init_fatal("seccomp filter on fd 4: want 1 to 4096 instructions");
+	}
+	/* Setting no_new_privs is always allowed; the runtime set it already. */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		init_fatal("no_new_privs");
+	install_filter(filter, (unsigned short)(n / (ssize_t)sizeof(struct sock_filter)));
+}
+
+/*
+ * init_stdio makes fds 0-2 the sandbox's own /dev/null: whatever the
+ * runtime passed (its own stdio) is the keeper's, never the sandbox's.
+ */
+static void init_stdio(void)
+{
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	for (int i = 0; i <= 2; i++) {
+		if (fd >= 0) {
+			if (dup2(fd, i) < 0)
+				init_fatal("dup2 /dev/null");
+		} else if (close(i) < 0 && errno != EBADF && errno != EINTR) {
+			init_fatal("close stdio");
+		}
+	}
+	if (fd > 2 && close(fd) < 0 && errno != EINTR)
+		init_fatal("close /dev/null");
+}
+
 static void run_init(void) __attribute__((noreturn));
 static void run_init(void)
 {
 	sigset_t all;
 
+	/*
+	 * First: nothing in the sandbox may ptrace pid 1, open its /proc files
+	 * (mem, fd/, root, environ) or read its memory.
+	 */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		init_fatal("set not dumpable");
+	init_filter();
+	init_stdio();
 	dsec_close_from(3);
 	/* The name only helps people reading ps; failing to set it is harmless. */
 	(void)prctl(PR_SET_NAME, "dsec-init", 0, 0, 0);
@@ -637,15 +702,27 @@ static void drop_bounding_set(uint64_t keep, int errfd)
 	}
 }
 
-static void install_seccomp(const struct config *c, int errfd)
+/* set_filter installs a seccomp filter; returns 0, or -1 with errno set. */
+static int set_filter(struct sock_filter *filter, unsigned short len)
 {
-	struct sock_fprog prog = { .len = c->filter_len, .filter = c->filter };
+	struct sock_fprog prog = { .len = len, .filter = filter };
 
 	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0)
-		return;
+		return 0;
 	if (errno != ENOSYS)
-		child_fail(errfd, errno, "seccomp", "install filter");
-	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
+		return -1;
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0 ? -1 : 0;
+}
+
+static void install_filter(struct sock_filter *filter, unsigned short len)
+{
+	if (set_filter(filter, len) < 0)
+		init_fatal("install seccomp filter");
+}
+
+static void install_seccomp(const struct config *c, int errfd)
+{
+	if (set_filter(c->filter, c->filter_len) < 0)
 		child_fail(errfd, errno, "seccomp", "install filter");
 }
 
@@ -888,6 +965,147 @@ static void run_exec(void)
 }
 
 /* ---------------------------------------------------------------------
+ * pause mode
+ */
+
+static void run_pause(void) __attribute__((noreturn));
+static void run_pause(void)
+{
+	sigset_t all;
+
+	dsec_close_from(3);
+	if (sigfillset(&all) < 0 || sigprocmask(SIG_BLOCK, &all, NULL) < 0)
+		_exit(1);
+	for (;;) {
+		siginfo_t si;
+		if (sigwaitinfo(&all, &si) < 0 && errno != EINTR)
+			_exit(1);
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * userns mode
+ *
+ * The keeper starts the helper as the sandbox's host root uid, with a
+ * stream socket on USERNS_FD. The helper makes a user namespace (so that
+ * the namespace is owned by that uid, and the kernel charges the sandbox's
+ * namespaces, inotify instances and other per-user counts to it rather than
+ * to the host's root) and says "ready\n". The keeper writes the
+ * namespace's id maps, then sends the limits to set inside it, one
+ * "<name> <value>\n" line per file of /proc/sys/user, ended by an empty
+ * line; the helper, which holds every capability in the new namespace,
+ * writes them and answers "ok\n" (or "err <errno> <step>: <detail>\n" and
+ * exits). It then holds the namespace until the socket closes.
+ */
+
+#define USERNS_MAX_REQUEST 4096
+
+static void userns_fail(int err, const char *step, const char *detail) __attribute__((noreturn));
+static void userns_fail(int err, const char *step, const char *detail)
+{
+	(void)dsec_report(USERNS_FD, err, step, detail);
+	_exit(1);
+}
+
+/* userns_limit writes value to /proc/sys/user/<name>. */
+static void userns_limit(const char *name, const char *value)
+{
+	struct dsec_msg path = { .n = 0 };
+	int fd;
+
+	for (const char *p = name; *p; p++)
+		if (!(*p >= 'a' && *p <= 'z') && *p != '_')
+			userns_fail(EINVAL, "limit name", name);
+	for (const char *p = value; *p; p++)
+		if (*p < '0' || *p > '9')
+			userns_fail(EINVAL, "limit value", value);
+	if (name[0] == '\0' || value[0] == '\0')
+		userns_fail(EINVAL, "limit", "empty name or value");
+	dsec_msg_str(&path, "/proc/sys/user/");
+	dsec_msg_str(&path, name);
+	if (path.n >= sizeof(path.b))
+		userns_fail(ENAMETOOLONG, "limit", name);
+	path.b[path.n] = '\0';
+	fd = open(path.b, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		userns_fail(errno, "open limit", path.b);
+	if (dsec_write_all(fd, value, strlen(value)) < 0)
+		userns_fail(errno, "write limit", path.b);
+	if (close(fd) < 0 && errno != EINTR)
+		userns_fail(errno, "write limit", path.b);
+}
+
+static void run_userns(void) __attribute__((noreturn));
+static void run_userns(void)
+{
+	static char req[USERNS_MAX_REQUEST + 1];
+	size_t got = 0;
+	char *line;
+
+	if (fcntl(USERNS_FD, F_GETFD) < 0) {
+		static const char text[] = "dsec: " MODE_ENV "=userns needs fd 3 (started by the keeper)\n";
+		(void)dsec_write_all(2, text, sizeof(text) - 1);
+		_exit(1);
+	}
+	/*
+	 * No parent-death signal: it fires when the forking thread ends, which
+	 * a Go parent does not control. The helper ends when the socket
+	 * closes instead, which a dying keeper does too.
+	 */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		userns_fail(errno, "set not dumpable", "");
+	dsec_close_from(USERNS_FD + 1);
+	if (unshare(CLONE_NEWUSER) < 0)
+		userns_fail(errno, "unshare", "user namespace");
+	if (dsec_write_all(USERNS_FD, "ready\n", 6) < 0)
+		_exit(1);
+
+	/* The limits, ended by an empty line. */
+	for (;;) {
+		ssize_t n;
+
+		if (got >= 2 && req[got - 1] == '\n' && req[got - 2] == '\n')
+			break;
+		if (got == 1 && req[0] == '\n')
+			break;
+		if (got == USERNS_MAX_REQUEST)
+			userns_fail(EFBIG, "limits", "request larger than 4 KiB");
+		n = read(USERNS_FD, req + got, USERNS_MAX_REQUEST - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			userns_fail(errno, "read limits", "");
+		if (n == 0)
+			_exit(1); /* the keeper gave up */
+		got += (size_t)n;
+	}
+	req[got] = '\0';
+	for (line = req; *line != '\n';) {
+		char *end = strchr(line, '\n');
+		char *sp = strchr(line, ' ');
+
+		if (sp == NULL || sp > end)
+			userns_fail(EINVAL, "limits", "line without a value");
+		*sp = '\0';
+		*end = '\0';
+		userns_limit(line, sp + 1);
+		line = end + 1;
+	}
+	if (dsec_write_all(USERNS_FD, "ok\n", 3) < 0)
+		_exit(1);
+
+	/* Hold the namespace until the keeper closes its end. */
+	for (;;) {
+		char c;
+		ssize_t n = read(USERNS_FD, &c, 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			_exit(0);
+	}
+}
+
+/* ---------------------------------------------------------------------
  * The constructor.
  */
 
@@ -903,8 +1121,12 @@ __attribute__((constructor)) static void dsec_nsexec(void)
 		run_exec();
 	if (strcmp(mode, "zygote") == 0)
 		dsec_run_zygote();
+	if (strcmp(mode, "userns") == 0)
+		run_userns();
+	if (strcmp(mode, "pause") == 0)
+		run_pause();
 
-	static const char text[] = "dsec: unknown " MODE_ENV " mode (want init, exec or zygote)\n";
+	static const char text[] = "dsec: unknown " MODE_ENV " mode (want init, exec, zygote, userns or pause)\n";
 	(void)dsec_write_all(2, text, sizeof(text) - 1);
 	_exit(2);
 }

@@ -768,6 +768,21 @@ func childrenOf(t *testing.T, ppid int) []int {
 	return kids
 }
 
+// filterPipe returns the read end of a pipe holding filter, as the init
+// reads it.
+func filterPipe(t *testing.T, filter []byte) *os.File {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(filter); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	return r
+}
+
 // startInit starts this binary as a sandbox init with cloneflags and
 // returns its pid once it runs as init.
 func startInit(t *testing.T, cloneflags uintptr) int {
@@ -777,9 +792,11 @@ func startInit(t *testing.T, cloneflags uintptr) int {
 		t.Fatal(err)
 	}
 	defer extra.Close()
+	filter := filterPipe(t, denyMkdir())
+	defer filter.Close()
 	cmd := exec.Command(self(t))
 	cmd.Env = InitEnv()
-	cmd.ExtraFiles = []*os.File{extra} // init must close it
+	cmd.ExtraFiles = []*os.File{extra, filter} // fd 3 init must close, fd 4 its filter
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: cloneflags}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -824,6 +841,105 @@ func TestInitIgnoresSignals(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if st := procState(initPid); st != 'S' {
 		t.Fatalf("init after SIGTERM and others: state %q, want 'S' (sleeping)", st)
+	}
+}
+
+// The init runs under its filter, is not dumpable (nothing in the sandbox
+// may ptrace it or open its /proc files) and holds no descriptor of its
+// starter: fds 0-2 are /dev/null, whatever it was started with.
+func TestInitIsHardened(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.Require(t, runtime.GOARCH == "amd64", "the test's seccomp filter is written for x86_64")
+	initPid := startInit(t, 0)
+	st := procStatus(t, initPid)
+	if st["Seccomp"] != "2" || st["Seccomp_filters"] != "1" || st["NoNewPrivs"] != "1" {
+		t.Errorf("init's Seccomp %q, filters %q, NoNewPrivs %q; want 2, 1, 1", st["Seccomp"], st["Seccomp_filters"], st["NoNewPrivs"])
+	}
+	for _, fd := range []string{"0", "1", "2"} {
+		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", initPid, fd))
+		if err != nil || target != "/dev/null" {
+			t.Errorf("init's fd %s = %q, %v; want /dev/null", fd, target, err)
+		}
+	}
+}
+
+// A non-dumpable process's /proc files belong to root whatever its uid:
+// an init running as uid 1000 that a process of uid 1000 could ptrace
+// would show 1000.
+func TestInitNotDumpable(t *testing.T) {
+	testenv.RequireRoot(t)
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	filter := filterPipe(t, denyMkdir())
+	defer filter.Close()
+	cmd := exec.Command(publicSelf(t))
+	cmd.Env = InitEnv()
+	cmd.ExtraFiles = []*os.File{null, filter}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	pid := cmd.Process.Pid
+	waitFor(t, "init to start waiting for signals", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+		return err == nil && strings.Contains(string(b), "sigtimedwait")
+	})
+	var st syscall.Stat_t
+	if err := syscall.Stat(fmt.Sprintf("/proc/%d/mem", pid), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != 0 {
+		t.Errorf("/proc/%d/mem of an init running as uid 1000 belongs to uid %d, want 0 (not dumpable)", pid, st.Uid)
+	}
+}
+
+// publicSelf returns a copy of the test binary that any user may run
+// (the test binary's own directory is root's).
+func publicSelf(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nsexec-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "nsexec.test")
+	data, err := os.ReadFile(self(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// An init without a filter does not run.
+func TestInitRefusesWithoutFilter(t *testing.T) {
+	for name, filter := range map[string][]byte{"none": nil, "partial instruction": {1, 2, 3}} {
+		t.Run(name, func(t *testing.T) {
+			var extra []*os.File
+			if filter != nil {
+				null, _ := os.Open(os.DevNull)
+				defer null.Close()
+				f := filterPipe(t, filter)
+				defer f.Close()
+				extra = []*os.File{null, f}
+			}
+			cmd := exec.Command(self(t))
+			cmd.Env = InitEnv()
+			cmd.ExtraFiles = extra
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "seccomp filter") {
+				t.Errorf("init without a usable filter = %v, %q; want exit 1 naming the filter", err, out)
+			}
+		})
 	}
 }
 

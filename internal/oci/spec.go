@@ -103,6 +103,9 @@ type Options struct {
 	// HostUID/HostGID are the first host ids of the sandbox's range, Size
 	// its length; id 0 inside is HostUID outside.
 	HostUID, HostGID, Size uint32
+	// UserNS, when set, is the path of a user namespace to join (with the
+	// mapping above, which the runtime checks) instead of making one.
+	UserNS string
 	// CgroupsPath is the cgroup the runtime puts the init in.
 	CgroupsPath string
 	// Caps are the capability names the init keeps.
@@ -110,7 +113,8 @@ type Options struct {
 }
 
 // New returns the spec of a sandbox container: every namespace new
-// (network: loopback only), the given id range, no new privileges, masked
+// (network: loopback only) but the user namespace when UserNS names one,
+// the given id range, no new privileges, masked
 // kernel files and docker's default capabilities.
 func New(o Options) *Spec {
 	caps := append([]string(nil), o.Caps...)
@@ -142,7 +146,7 @@ func New(o Options) *Spec {
 			CgroupsPath: o.CgroupsPath,
 			Namespaces: []Namespace{
 				{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
-				{Type: "network"}, {Type: "user"}, {Type: "cgroup"},
+				{Type: "network"}, {Type: "user", Path: o.UserNS}, {Type: "cgroup"},
 			},
 			MaskedPaths: []string{
 				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",

@@ -16,9 +16,8 @@ import (
 
 // Layers mounts layers once per node, reference counted.
 type Layers struct {
-	dir    string
-	userns *os.File // a user namespace with the shared mapping
-	log    *slog.Logger
+	dir string
+	log *slog.Logger
 
 	mu sync.Mutex
 	// guarded by mu
@@ -32,15 +31,13 @@ type Layers struct {
 // (device=), and what to close once the layer is unmounted (nil: nothing).
 type LazyOpener func() (meta, device string, done io.Closer, err error)
 
-// NewLayers prepares dir to hold layer mounts. userns is an open user
-// namespace file (/proc/PID/ns/user) whose mapping idmapped views take; the
-// caller keeps it open while Layers is used. Mounts left by an earlier
+// NewLayers prepares dir to hold layer mounts. Mounts left by an earlier
 // process under dir are removed.
-func NewLayers(dir string, userns *os.File, log *slog.Logger) (*Layers, error) {
+func NewLayers(dir string, log *slog.Logger) (*Layers, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("layer mount dir: %w", err)
 	}
-	l := &Layers{dir: dir, userns: userns, log: log, refs: map[string]int{}, done: map[string]io.Closer{}}
+	l := &Layers{dir: dir, log: log, refs: map[string]int{}, done: map[string]io.Closer{}}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("layer mount dir: %w", err)
@@ -52,7 +49,8 @@ func NewLayers(dir string, userns *os.File, log *slog.Logger) (*Layers, error) {
 }
 
 // Acquire mounts the layer (if no sandbox uses it yet) and returns the path
-// of its idmapped view.
+// of its mount, whose files have the image's own owners; a sandbox sees it
+// through IDMapped.
 func (l *Layers) Acquire(digest, image string) (string, error) {
 	name, err := shortName(digest)
 	if err != nil {
@@ -60,17 +58,17 @@ func (l *Layers) Acquire(digest, image string) (string, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	view := filepath.Join(l.dir, name, "v")
+	raw := filepath.Join(l.dir, name, "r")
 	if l.refs[name] > 0 {
 		l.refs[name]++
-		return view, nil
+		return raw, nil
 	}
 	if err := l.mountLayer(name, image, ""); err != nil {
 		l.unmountLayer(name)
 		return "", err
 	}
 	l.refs[name] = 1
-	return view, nil
+	return raw, nil
 }
 
 // AcquireLazy is Acquire for a layer mounted from its lazy form: on first
@@ -83,10 +81,10 @@ func (l *Layers) AcquireLazy(digest string, open LazyOpener) (string, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	view := filepath.Join(l.dir, name, "v")
+	raw := filepath.Join(l.dir, name, "r")
 	if l.refs[name] > 0 {
 		l.refs[name]++
-		return view, nil
+		return raw, nil
 	}
 	meta, device, done, err := open()
 	if err != nil {
@@ -104,7 +102,7 @@ func (l *Layers) AcquireLazy(digest string, open LazyOpener) (string, error) {
 		return "", err
 	}
 	l.refs[name] = 1
-	return view, nil
+	return raw, nil
 }
 
 // Release drops one use of the layer and unmounts it when none is left.
@@ -132,37 +130,41 @@ func (l *Layers) Mounted() int {
 }
 
 func (l *Layers) mountLayer(name, image, opts string) error {
-	base := filepath.Join(l.dir, name)
-	raw, view := filepath.Join(base, "r"), filepath.Join(base, "v")
-	for _, d := range []string{raw, view} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("mount layer %s: %w", name, err)
-		}
+	raw := filepath.Join(l.dir, name, "r")
+	if err := os.MkdirAll(raw, 0o700); err != nil {
+		return fmt.Errorf("mount layer %s: %w", name, err)
 	}
 	if err := mountRetry(image, raw, "erofs", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mount EROFS layer %s: %w (is the image a valid EROFS file?)", name, err)
 	}
+	return nil
+}
+
+// IDMapped returns a view of the mounted layer at raw in which the files'
+// owners are mapped through the user namespace userns (an open
+// /proc/PID/ns/user): a detached, read-only, nodev mount of its own, which
+// the caller closes once an overlay holds it. It costs no mount in any
+// mount table, and a sandbox's overlay over such views names no host path.
+func IDMapped(raw string, userns *os.File) (*os.File, error) {
 	tree, err := unix.OpenTree(unix.AT_FDCWD, raw, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("idmap layer %s: open_tree: %w", name, err)
+		return nil, fmt.Errorf("idmap layer %s: open_tree: %w", filepath.Base(filepath.Dir(raw)), err)
 	}
-	defer unix.Close(tree)
 	attr := &unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV,
-		Userns_fd: uint64(l.userns.Fd()),
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID,
+		Userns_fd: uint64(userns.Fd()),
 	}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		return fmt.Errorf("idmap layer %s: mount_setattr: %w", name, err)
+		unix.Close(tree)
+		return nil, fmt.Errorf("idmap layer %s: mount_setattr: %w", filepath.Base(filepath.Dir(raw)), err)
 	}
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, view, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("idmap layer %s: move_mount: %w", name, err)
-	}
-	return nil
+	return os.NewFile(uintptr(tree), "idmapped "+raw), nil
 }
 
 // unmountLayer removes a layer's mounts and directories; it is idempotent.
 func (l *Layers) unmountLayer(name string) {
 	base := filepath.Join(l.dir, name)
+	// "v" is where an earlier dsec mounted a shared idmapped view.
 	for _, d := range []string{filepath.Join(base, "v"), filepath.Join(base, "r")} {
 		if err := Unmount(d); err != nil {
 			l.log.Warn("unmount layer", "dir", d, "err", err)
@@ -180,23 +182,90 @@ func (l *Layers) unmountLayer(name string) {
 }
 
 // Overlay mounts a sandbox root at target: lowers (highest first, as
-// overlayfs wants them) under upper, with work as overlay's work dir. upper
-// and work must be empty or hold an earlier mount's state.
-func Overlay(target, upper, work string, lowersTopFirst []string) error {
-	for _, l := range lowersTopFirst {
-		if strings.ContainsAny(l, ",:\\") {
-			return fmt.Errorf("overlay lower %q: path has a character overlayfs cannot take", l)
+// overlayfs wants them; detached mounts such as IDMapped returns) under
+// upper, with work as overlay's work dir. upper and work must be in one
+// directory, and be empty or hold an earlier mount's state.
+//
+// The layers are given to overlayfs as descriptors (Linux 6.13 and newer),
+// upper and work through a detached clone of their directory, so the
+// mount's options, which /proc/self/mountinfo shows inside the sandbox,
+// name no path of the host: lowerdir+=/, upperdir=/upper, workdir=/work.
+func Overlay(target, upper, work string, lowersTopFirst []*os.File) error {
+	dir := filepath.Dir(upper)
+	if filepath.Dir(work) != dir {
+		return fmt.Errorf("overlay: upper %s and work %s are not in one directory", upper, work)
+	}
+	if len(lowersTopFirst) == 0 {
+		return fmt.Errorf("overlay: no lower layers")
+	}
+	clone, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("overlay: clone %s: %w", dir, err)
+	}
+	defer unix.Close(clone)
+	var dirs [2]int
+	for i, name := range []string{filepath.Base(upper), filepath.Base(work)} {
+		fd, err := unix.Openat(clone, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("overlay: open %s: %w", name, err)
+		}
+		defer unix.Close(fd)
+		dirs[i] = fd
+	}
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("overlay: fsopen: %w", err)
+	}
+	defer unix.Close(fsfd)
+	fail := func(what string, err error) error {
+		return fmt.Errorf("mount overlay root: %s: %w%s", what, err, fsLog(fsfd))
+	}
+	for i, l := range lowersTopFirst {
+		if err := unix.FsconfigSetFd(fsfd, "lowerdir+", int(l.Fd())); err != nil {
+			return fail(fmt.Sprintf("layer %d of %d", i+1, len(lowersTopFirst)), err)
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off",
-		strings.Join(lowersTopFirst, ":"), upper, work)
-	if len(opts) >= os.Getpagesize() {
-		return fmt.Errorf("overlay: %d layers make the mount options too long", len(lowersTopFirst))
+	if err := unix.FsconfigSetFd(fsfd, "upperdir", dirs[0]); err != nil {
+		return fail("upperdir", err)
 	}
-	if err := mountRetry("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mount overlay root: %w", err)
+	if err := unix.FsconfigSetFd(fsfd, "workdir", dirs[1]); err != nil {
+		return fail("workdir", err)
+	}
+	for _, o := range [][2]string{{"index", "off"}, {"redirect_dir", "off"}, {"metacopy", "off"}} {
+		if err := unix.FsconfigSetString(fsfd, o[0], o[1]); err != nil {
+			return fail(o[0], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return fail("create", err)
+	}
+	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return fail("fsmount", err)
+	}
+	defer unix.Close(mnt)
+	if err := unix.MoveMount(mnt, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount overlay root at %s: %w", target, err)
 	}
 	return nil
+}
+
+// fsLog returns what the file system said about a failed fsconfig, as
+// ": " and its messages, or "".
+func fsLog(fsfd int) string {
+	var msgs []string
+	buf := make([]byte, 1024)
+	for range 8 {
+		n, err := unix.Read(fsfd, buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		msgs = append(msgs, strings.TrimSpace(string(buf[:n])))
+	}
+	if len(msgs) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(msgs, "; ") + ")"
 }
 
 // Unmount detaches the mount at path if one is there; no mount is success.

@@ -4,6 +4,10 @@ package sandboxfs
 // ValidateTar accept when no limit is given.
 const DefaultMaxEntries = 100_000
 
+// DefaultMaxSize bounds the apparent size of the files one archive
+// creates when no limit is given (ExtractOptions.MaxSize).
+const DefaultMaxSize = 1 << 40
+
 // DefaultReadDirLimit is the number of entries ReadDir returns when no limit
 // is given.
 const DefaultReadDirLimit = 10_000
@@ -24,8 +28,9 @@ type TarOptions struct {
 }
 
 // ExtractOptions say how (*Root).ExtractTar unpacks an archive. The zero
-// value extracts into an existing directory as host root, with no size
-// limit, DefaultMaxEntries entries at most, spooling in os.TempDir().
+// value extracts into an existing directory as host root, with no limit on
+// the archive's size, DefaultMaxEntries entries and DefaultMaxSize bytes of
+// files at most, spooling in os.TempDir().
 type ExtractOptions struct {
 	// UID and GID are the HOST ids that own everything created; the owners
 	// the archive records are not trusted and are ignored. Negative ids are
@@ -42,6 +47,10 @@ type ExtractOptions struct {
 	// MaxEntries is the most entries the archive may have; 0 means
 	// DefaultMaxEntries.
 	MaxEntries int
+	// MaxSize is the largest total apparent size, holes included, of the
+	// files the archive creates; 0 means DefaultMaxSize. A sparse entry
+	// makes a large file of a small archive: this bounds what it states.
+	MaxSize int64
 	// SpoolDir is the host directory the archive is spooled to (as an
 	// unlinked file) before it is checked; "" means os.TempDir().
 	SpoolDir string

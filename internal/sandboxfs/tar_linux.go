@@ -3,6 +3,7 @@ package sandboxfs
 import (
 	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sparse"
 )
 
 // WriteTar writes the file or directory tree at p to w as a PAX tar
@@ -24,11 +26,13 @@ import (
 // The archive holds directories, regular files, symbolic links (targets as
 // they are), fifos and hard links (an inode's data once, its later names as
 // hard link entries), with modes, modification times and owners mapped
-// through opts.MapID. Left out and counted in TarStats.Skipped: device
+// through opts.MapID. A file with holes (SEEK_DATA/SEEK_HOLE) is a PAX GNU
+// sparse 1.0 entry that carries only its data (internal/sparse), so a 20 GiB
+// file made with truncate costs the archive next to nothing. Left out and counted in TarStats.Skipped: device
 // nodes and sockets, anything on a kernel file system (a sandbox's /proc,
 // /sys: see the package doc), files held by a lease, and paths longer than
-// MaxPathLen. File data past opts.MaxBytes stops the walk with a
-// ResourceExhausted error; so does ctx. On error, what was written to w is
+// MaxPathLen. File data past opts.MaxBytes (holes do not count) stops the
+// walk with a ResourceExhausted error; so does ctx. On error, what was written to w is
 // not a complete archive.
 //
 // A p that is a device or socket is InvalidArgument; one on a kernel file
@@ -63,7 +67,7 @@ func (r *Root) WriteTar(ctx context.Context, p string, w io.Writer, opts TarOpti
 	if rel == "." {
 		name = "."
 	}
-	tw := &tarWriter{ctx: ctx, tw: tar.NewWriter(w), opts: opts, links: map[fileID]string{}}
+	tw := &tarWriter{ctx: ctx, tw: sparse.NewWriter(w), opts: opts, links: map[fileID]string{}}
 	if err := tw.add(fd, &st, name, abs, 0); err != nil {
 		return tw.stats, err
 	}
@@ -78,7 +82,7 @@ type fileID struct{ dev, ino uint64 }
 
 type tarWriter struct {
 	ctx   context.Context
-	tw    *tar.Writer
+	tw    *sparse.Writer
 	opts  TarOptions
 	stats TarStats
 	links map[fileID]string // inodes with more than one link → first name written
@@ -212,11 +216,6 @@ func (t *tarWriter) dir(fd int, st *unix.Stat_t, hdr *tar.Header, abs string, de
 // file writes the regular file at the O_PATH descriptor fd. It reports
 // whether it wrote it (a file held by a lease is skipped).
 func (t *tarWriter) file(fd int, st *unix.Stat_t, hdr *tar.Header, abs string) (bool, error) {
-	if t.opts.MaxBytes > 0 && t.stats.Bytes+st.Size > t.opts.MaxBytes {
-		return false, errdefs.Newf(errdefs.ErrResourceExhausted,
-			"copy: the files to copy hold more than %d bytes, the most one copy may carry (at %s, %d bytes); copy a smaller directory, or large files one by one",
-			t.opts.MaxBytes, abs, st.Size)
-	}
 	// O_NONBLOCK: a sandbox process holding a write lease makes the open
 	// fail at once instead of waiting.
 	rfd, err := reopen(fd, unix.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK)
@@ -231,13 +230,45 @@ func (t *tarWriter) file(fd int, st *unix.Stat_t, hdr *tar.Header, abs string) (
 	if err := unix.SetNonblock(rfd, false); err != nil {
 		return false, fsError("copy", abs, err)
 	}
+	segs, err := sparse.Segments(f, st.Size)
+	if err != nil {
+		return false, fsError("copy", abs, err)
+	}
+	data := st.Size
+	if sparse.Holey(segs, st.Size) {
+		data = 0
+		for _, s := range segs {
+			data += s.Length
+		}
+	}
+	if t.opts.MaxBytes > 0 && t.stats.Bytes+data > t.opts.MaxBytes {
+		return false, errdefs.Newf(errdefs.ErrResourceExhausted,
+			"copy: the files to copy hold more than %d bytes, the most one copy may carry (at %s, %d bytes); copy a smaller directory, or large files one by one",
+			t.opts.MaxBytes, abs, data)
+	}
 	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
+	if data < st.Size {
+		err := t.tw.WriteSparse(t.ctx, hdr, f, segs)
+		var fe *sparse.FileError
+		switch {
+		case err == nil:
+		case t.ctx.Err() != nil:
+			return false, t.ctx.Err()
+		case errors.As(err, &fe):
+			return false, fsError("copy", abs, fe.Err)
+		default:
+			return false, fmt.Errorf("copy %s: write the archive: %w", abs, err)
+		}
+		t.stats.Files++
+		t.stats.Bytes += data
+		return true, nil
+	}
 	if err := t.header(hdr, abs); err != nil {
 		return false, err
 	}
 	// The header promised st.Size bytes: a file that shrinks meanwhile is
 	// padded with zeros, one that grows is cut.
-	src := &ctxReader{ctx: t.ctx, r: io.LimitReader(f, st.Size)}
+	src := &ctxReader{ctx: t.ctx, r: io.NewSectionReader(f, 0, st.Size)} // Segments moved the offset
 	n, err := io.Copy(t.tw, src)
 	if err == nil && n < st.Size {
 		_, err = io.CopyN(t.tw, zeros{}, st.Size-n)
@@ -286,8 +317,11 @@ func (zeros) Read(p []byte) (int, error) {
 //
 // The archive is untrusted. It is first spooled to an unlinked file in
 // opts.SpoolDir (at most opts.MaxBytes bytes: past it, ResourceExhausted)
-// and checked whole as ValidateTar checks it; a bad archive is refused
-// before anything is written. Only then is it extracted, entry by entry:
+// and checked whole as ValidateTar checks it, its files' apparent sizes
+// (holes included) adding up to at most opts.MaxSize; a bad archive is
+// refused before anything is written. Sparse entries (PAX GNU sparse 1.0,
+// and the older formats archive/tar reads) are extracted with their holes,
+// as is every run of whole zero blocks of a file. Only then is it extracted, entry by entry:
 // each parent directory is looked up from the sandbox's root with
 // RESOLVE_IN_ROOT (missing ones are made, 0755), and each file, symlink,
 // hard link or fifo is created under a temporary name and renamed over its
@@ -311,6 +345,8 @@ func (r *Root) ExtractTar(ctx context.Context, dest string, src io.Reader, opts 
 		return TarStats{}, errdefs.Newf(errdefs.ErrInvalidArgument, "extract into %s: the size limit %d is negative", abs, opts.MaxBytes)
 	case opts.MaxEntries < 0:
 		return TarStats{}, errdefs.Newf(errdefs.ErrInvalidArgument, "extract into %s: the entry limit %d is negative", abs, opts.MaxEntries)
+	case opts.MaxSize < 0:
+		return TarStats{}, errdefs.Newf(errdefs.ErrInvalidArgument, "extract into %s: the size limit %d is negative", abs, opts.MaxSize)
 	}
 	if err := checkOwner("extract into", abs, opts.UID, opts.GID); err != nil {
 		return TarStats{}, err
@@ -324,7 +360,7 @@ func (r *Root) ExtractTar(ctx context.Context, dest string, src io.Reader, opts 
 		return TarStats{}, err
 	}
 	defer spool.Close()
-	plan, err := checkTar(spool, dest, opts.MaxEntries)
+	plan, err := checkTar(spool, dest, opts.MaxEntries, opts.MaxSize)
 	if err != nil {
 		return TarStats{}, fmt.Errorf("the upload into %s is refused and nothing was written: %w", abs, err)
 	}
@@ -608,12 +644,14 @@ func (x *extractor) file(e *tarEntry, data io.Reader) error {
 		if err := unix.Fchown(fd, x.opts.UID, x.opts.GID); err != nil {
 			return fsError("extract", abs, err)
 		}
-		w := &errWriter{w: f}
+		// Whole zero blocks (a sparse entry's holes among them) become
+		// holes here too.
 		src := &ctxReader{ctx: x.ctx, r: data}
-		n, err := io.Copy(w, src)
+		n, err := sparse.Copy(f, src)
+		var fe *sparse.FileError
 		switch {
-		case w.err != nil:
-			return fsError("extract", abs, w.err)
+		case errors.As(err, &fe):
+			return fsError("extract", abs, fe.Err)
 		case err != nil:
 			return fmt.Errorf("extract %s: read the archive: %w", abs, err)
 		case n != e.size:

@@ -670,6 +670,8 @@ func FuzzExtractTar(f *testing.F) {
 		makeTar(f, tSymlink("l1", "l2"), tSymlink("l2", "l1")),
 		paxNameTar("a\x00b"),
 		[]byte("garbage"),
+		sparseTar(f, "sparse", 1<<20, "data"),
+		sparseTar(f, "huge", 1<<62, "data"),
 	} {
 		f.Add(seed)
 	}
@@ -694,7 +696,7 @@ func FuzzExtractTar(f *testing.F) {
 		}
 		defer r.Close()
 		_, err = r.ExtractTar(context.Background(), "/dest", bytes.NewReader(data),
-			ExtractOptions{UID: os.Getuid(), GID: os.Getgid(), MaxEntries: 1000, SpoolDir: filepath.Join(base, "spool")})
+			ExtractOptions{UID: os.Getuid(), GID: os.Getgid(), MaxEntries: 1000, MaxSize: 64 << 20, SpoolDir: filepath.Join(base, "spool")})
 		if verr != nil && err == nil {
 			t.Fatalf("ExtractTar accepted an archive ValidateTar refuses (%v)", verr)
 		}

@@ -21,7 +21,9 @@ const maxNameLen = 255
 //   - a name is empty, absolute, has a NUL byte or a ".." element, has an
 //     element longer than 255 bytes, or makes a path longer than MaxPathLen
 //     under dest;
-//   - an entry is a device node, a sparse file or of an unknown type;
+//   - an entry is a device node or of an unknown type;
+//   - the files' apparent sizes (a sparse entry's holes included) add up to
+//     more than DefaultMaxSize (ResourceExhausted);
 //   - a hard link does not name an earlier entry, or names a directory;
 //   - a name is both a directory and something else, or an entry lies
 //     under a name the archive makes a symbolic link or a file, so that it
@@ -35,7 +37,7 @@ const maxNameLen = 255
 // Duplicate names are allowed; the later entry wins. A directory entry for
 // dest itself ("." or "./") is skipped. Owners in the archive are ignored.
 func ValidateTar(r io.Reader, dest string, maxEntries int) (TarStats, error) {
-	p, err := checkTar(r, dest, maxEntries)
+	p, err := checkTar(r, dest, maxEntries, 0)
 	if err != nil {
 		return TarStats{}, err
 	}
@@ -68,6 +70,7 @@ const (
 
 type tarChecker struct {
 	destRel   string
+	maxSize   int64             // bound of the files' apparent sizes added up
 	destComps []string          // destRel's elements; none for the root
 	kinds     map[string]uint8  // name → kinds it has been
 	current   map[string]byte   // name → type of its latest entry
@@ -76,7 +79,9 @@ type tarChecker struct {
 	plan      tarPlan
 }
 
-func checkTar(r io.Reader, dest string, maxEntries int) (*tarPlan, error) {
+// checkTar checks an archive as ValidateTar says, with at most maxSize
+// bytes of files (0: DefaultMaxSize).
+func checkTar(r io.Reader, dest string, maxEntries int, maxSize int64) (*tarPlan, error) {
 	destRel, err := Clean(dest)
 	if err != nil {
 		return nil, err
@@ -87,8 +92,12 @@ func checkTar(r io.Reader, dest string, maxEntries int) (*tarPlan, error) {
 	case maxEntries == 0:
 		maxEntries = DefaultMaxEntries
 	}
+	if maxSize <= 0 {
+		maxSize = DefaultMaxSize
+	}
 	c := &tarChecker{
 		destRel: destRel,
+		maxSize: maxSize,
 		kinds:   map[string]uint8{},
 		current: map[string]byte{},
 		links:   map[string]string{},
@@ -132,19 +141,19 @@ func (c *tarChecker) entry(hdr *tar.Header) (tarEntry, error) {
 	switch hdr.Typeflag {
 	case tar.TypeXGlobalHeader:
 		return e, nil // PAX defaults for what follows; tar.Reader applies them
-	case tar.TypeReg: // tar.Reader turns the old TypeRegA into TypeReg or TypeDir
-		for k := range hdr.PAXRecords {
-			if strings.HasPrefix(k, "GNU.sparse.") {
-				return e, refuse(hdr.Name, "sparse files are not supported; archive it without --sparse")
-			}
+	case tar.TypeReg, tar.TypeGNUSparse:
+		// tar.Reader turns the old TypeRegA into TypeReg or TypeDir. It
+		// reads sparse entries (PAX GNU.sparse.*, old GNU 'S'), checking
+		// their maps against the size they state, and yields their data
+		// with the holes as zeros; hdr.Size is that apparent size.
+		if hdr.Size < 0 {
+			return e, refuse(hdr.Name, "its size %d is negative", hdr.Size)
 		}
 		e.typ = tar.TypeReg
 	case tar.TypeDir, tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
 		e.typ = hdr.Typeflag
 	case tar.TypeChar, tar.TypeBlock:
 		return e, refuse(hdr.Name, "device nodes cannot be uploaded")
-	case tar.TypeGNUSparse:
-		return e, refuse(hdr.Name, "sparse files are not supported; archive it without --sparse")
 	default:
 		return e, refuse(hdr.Name, "entries of type %q are not supported", hdr.Typeflag)
 	}
@@ -171,6 +180,11 @@ func (c *tarChecker) entry(hdr *tar.Header) (tarEntry, error) {
 	kind := uint8(kindNonDir)
 	switch e.typ {
 	case tar.TypeReg:
+		if hdr.Size > c.maxSize-c.plan.stats.Bytes {
+			return e, errdefs.Newf(errdefs.ErrResourceExhausted,
+				"archive entry %.200q: the archive's files add up to more than %d bytes (holes of sparse files included), the most one upload may create; upload less at a time",
+				hdr.Name, c.maxSize)
+		}
 		c.plan.stats.Files++
 		c.plan.stats.Bytes += hdr.Size
 	case tar.TypeFifo:

@@ -3,6 +3,7 @@ package sandboxfs
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sparse"
 )
 
 // ent is an archive entry for tests.
@@ -230,12 +232,13 @@ func FuzzValidateTar(f *testing.F) {
 		makeTar(f, tSymlink("l1", "l2"), tSymlink("l2", "l1")),
 		makeTar(f, ent{name: "null", typ: tar.TypeChar}),
 		paxNameTar("a\x00b"),
+		sparseTar(f, "sparse", 1<<20, "data"),
 	} {
 		f.Add(seed, "/dest")
 	}
 	f.Add(makeTar(f, tSymlink("usr/lib64", "/usr/lib")), "/")
 	f.Fuzz(func(t *testing.T, data []byte, dest string) {
-		plan, err := checkTar(bytes.NewReader(data), dest, 100)
+		plan, err := checkTar(bytes.NewReader(data), dest, 100, 1<<30)
 		if err != nil {
 			if k := errdefs.Kind(err); k != errdefs.ErrInvalidArgument && k != errdefs.ErrResourceExhausted {
 				t.Fatalf("ValidateTar() = %v, want InvalidArgument or ResourceExhausted", err)
@@ -282,4 +285,19 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// sparseTar is an archive of one sparse entry stating size bytes.
+func sparseTar(t testing.TB, name string, size int64, data string) []byte {
+	var buf bytes.Buffer
+	w := sparse.NewWriter(&buf)
+	segs := []sparse.Segment{{Offset: 0, Length: int64(len(data))}}
+	if err := w.WriteSparse(context.Background(), &tar.Header{Name: name, Mode: 0o644, Size: size, ModTime: time.Unix(1700000000, 0)},
+		strings.NewReader(data), segs); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

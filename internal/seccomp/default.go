@@ -2,7 +2,8 @@ package seccomp
 
 // Default returns the policy of every sandbox: Docker's default profile for
 // an unprivileged container, as far as it concerns calls a sandbox's
-// processes could reach at all, plus the XFS extent-exchange ioctls.
+// processes could reach at all, plus the XFS extent-exchange ioctls and the
+// ioctls that map files to the host disk's blocks.
 //
 // Namespaces: creating a user namespace needs no capability and hands out
 // every capability over the namespaces made with it, so clone and unshare
@@ -59,6 +60,30 @@ const (
 	// struct xfs_exchange_range: file1_fd (s32), pad (u32), file1_offset,
 	// file2_offset, length, flags (u64 each).
 	sizeofXFSExchangeRange = 4 + 4 + 4*8
+)
+
+// Sizes of the arguments of the block-mapping ioctls (linux/fiemap.h,
+// linux/fsmap.h).
+const (
+	// struct fiemap: fm_start, fm_length (u64), fm_flags, fm_mapped_extents,
+	// fm_extent_count, fm_reserved (u32), then the extents.
+	sizeofFiemap = 2*8 + 4*4
+	// struct fsmap: fmr_device, fmr_flags (u32), fmr_physical, fmr_owner,
+	// fmr_offset, fmr_length, fmr_reserved[3] (u64).
+	sizeofFsmap = 2*4 + 7*8
+	// struct fsmap_head: fmh_iflags, fmh_oflags, fmh_count, fmh_entries
+	// (u32), fmh_reserved[6] (u64), fmh_keys[2] (struct fsmap), then the
+	// records.
+	sizeofFsmapHead = 4*4 + 6*8 + 2*sizeofFsmap
+)
+
+const (
+	// fsIOCFiemap is FS_IOC_FIEMAP, _IOWR('f', 11, struct fiemap).
+	fsIOCFiemap = (iocRead|iocWrite)<<iocDirShift | sizeofFiemap<<iocSizeShift | 'f'<<iocTypeShift | 11<<iocNrShift
+	// fsIOCGetfsmap is FS_IOC_GETFSMAP, _IOWR('X', 59, struct fsmap_head).
+	fsIOCGetfsmap = (iocRead|iocWrite)<<iocDirShift | sizeofFsmapHead<<iocSizeShift | xfsIOCType<<iocTypeShift | 59<<iocNrShift
+	// fibmap is FIBMAP, _IO(0x00, 1).
+	fibmap = 1
 )
 
 const (
@@ -150,8 +175,9 @@ func defaultRules() []Rule {
 		},
 		Rule{
 			Syscall: "ioctl", Action: ActEPERM,
-			Arg:    ArgMatch{Index: 1, Op: OpIn, Values: []uint32{xfsIOCSwapext, xfsIOCExchangeRange}},
-			Reason: "XFS_IOC_SWAPEXT and XFS_IOC_EXCHANGE_RANGE exchange extents between files: low-level file system surgery no sandboxed program needs",
+			Arg: ArgMatch{Index: 1, Op: OpIn, Values: []uint32{xfsIOCSwapext, xfsIOCExchangeRange, fsIOCFiemap, fsIOCGetfsmap, fibmap}},
+			Reason: "XFS_IOC_SWAPEXT and XFS_IOC_EXCHANGE_RANGE exchange extents between files: low-level file system surgery no sandboxed program needs; " +
+				"FS_IOC_FIEMAP, FS_IOC_GETFSMAP and FIBMAP tell where files lie on the host's disk",
 		},
 	)
 }

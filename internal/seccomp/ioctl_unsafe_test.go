@@ -42,6 +42,24 @@ type (
 	}
 )
 
+// Go mirrors of the block-mapping ioctls' arguments (linux/fiemap.h,
+// linux/fsmap.h), without their flexible arrays.
+type (
+	fiemap struct {
+		_ [2]uint64 // fm_start, fm_length
+		_ [4]uint32 // fm_flags, fm_mapped_extents, fm_extent_count, fm_reserved
+	}
+	fsmap struct {
+		_ [2]uint32 // fmr_device, fmr_flags
+		_ [7]uint64 // fmr_physical, fmr_owner, fmr_offset, fmr_length, fmr_reserved[3]
+	}
+	fsmapHead struct {
+		_ [4]uint32 // fmh_iflags, fmh_oflags, fmh_count, fmh_entries
+		_ [6]uint64 // fmh_reserved
+		_ [2]fsmap  // fmh_keys
+	}
+)
+
 func TestXFSIoctlSizes(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -51,6 +69,8 @@ func TestXFSIoctlSizes(t *testing.T) {
 		{"offsetof(struct xfs_swapext, sx_stat)", unsafe.Offsetof(xfsSwapext{}.stat), 56},
 		{"sizeof(struct xfs_swapext)", unsafe.Sizeof(xfsSwapext{}), sizeofXFSSwapext},
 		{"sizeof(struct xfs_exchange_range)", unsafe.Sizeof(xfsExchangeRange{}), sizeofXFSExchangeRange},
+		{"sizeof(struct fiemap)", unsafe.Sizeof(fiemap{}), sizeofFiemap},
+		{"sizeof(struct fsmap_head)", unsafe.Sizeof(fsmapHead{}), sizeofFsmapHead},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

@@ -83,6 +83,9 @@ func probe(file string) int {
 		{"ioctl_exchange_range", func() syscall.Errno { return ioctl(xfsIOCExchangeRange) }},
 		{"ioctl_exchange_range_high", func() syscall.Errno { return ioctl(0xffffffff<<32 | xfsIOCExchangeRange) }},
 		{"ioctl_tcgets", func() syscall.Errno { return ioctl(unix.TCGETS) }},
+		{"ioctl_fiemap", func() syscall.Errno { return ioctl(fsIOCFiemap) }},
+		{"ioctl_getfsmap", func() syscall.Errno { return ioctl(fsIOCGetfsmap) }},
+		{"ioctl_fibmap", func() syscall.Errno { return ioctl(fibmap) }},
 		{"personality_query", func() syscall.Errno { return raw(unix.SYS_PERSONALITY, 0xffffffff) }},
 		{"personality_addr_no_randomize", func() syscall.Errno { return raw(unix.SYS_PERSONALITY, addrNoRandomize) }},
 		// CLONE_FS makes the kernel refuse CLONE_NEWUSER with EINVAL
@@ -470,6 +473,10 @@ func TestKernelProbe(t *testing.T) {
 		{"ioctl_exchange_range", syscall.ENOTTY, syscall.EPERM},
 		{"ioctl_exchange_range_high", syscall.ENOTTY, syscall.EPERM},
 		{"ioctl_tcgets", syscall.ENOTTY, syscall.ENOTTY},
+		// What the file system makes of them varies; the filter refuses.
+		{"ioctl_fiemap", dontCare, syscall.EPERM},
+		{"ioctl_getfsmap", dontCare, syscall.EPERM},
+		{"ioctl_fibmap", dontCare, syscall.EPERM},
 		{"personality_query", 0, 0},
 		{"personality_addr_no_randomize", 0, syscall.EPERM},
 		{"clone_newuser", syscall.EINVAL, syscall.EPERM},
@@ -535,5 +542,9 @@ func TestKernelXFS(t *testing.T) {
 		{"ioctl_exchange_range", syscall.EFAULT, syscall.EPERM},
 		{"ioctl_exchange_range_high", syscall.EFAULT, syscall.EPERM},
 		{"ioctl_tcgets", syscall.ENOTTY, syscall.ENOTTY},
+		// XFS maps blocks: the numbers are the ones it knows (EFAULT for
+		// the NULL argument).
+		{"ioctl_fiemap", syscall.EFAULT, syscall.EPERM},
+		{"ioctl_getfsmap", syscall.EFAULT, syscall.EPERM},
 	})
 }

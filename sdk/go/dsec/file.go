@@ -52,13 +52,15 @@ type FileInfo struct {
 // FileOption changes how WriteFile, Upload, MakeDir, UploadTar and
 // UploadDir create files. UploadTar and UploadDir take the owner and
 // WithMakeParents (which creates the destination directory) and ignore
-// the mode: the archive's modes are kept.
+// the mode: the archive's modes are kept. UploadDir and DownloadDir take
+// WithMaxSize; DownloadDir ignores the rest.
 type FileOption func(*fileOptions)
 
 type fileOptions struct {
 	mode        uint32
 	makeParents bool
 	owner       string
+	maxSize     int64
 }
 
 // WithMode sets the file's permission bits (default 0644, 0755 for
@@ -72,6 +74,14 @@ func WithMode(mode fs.FileMode) FileOption {
 // UploadTar and UploadDir, the destination directory too.
 func WithMakeParents() FileOption {
 	return func(o *fileOptions) { o.makeParents = true }
+}
+
+// WithMaxSize bounds a copy of a tree, UploadDir's or DownloadDir's: the
+// apparent sizes of its files, holes included, may add up to at most n
+// bytes. The file that would pass it is refused with a *SizeLimitError
+// before any of it is copied. Zero or less means no bound.
+func WithMaxSize(n int64) FileOption {
+	return func(o *fileOptions) { o.maxSize = n }
 }
 
 // WithOwner makes user own the file (or directory, or everything

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
+	"github.com/dsecproject/dsec/internal/sparse"
 )
 
 // TarStats counts what UploadTar extracted: regular files (and fifos),
@@ -86,11 +87,18 @@ func (s *Sandbox) UploadTar(ctx context.Context, dir string, r io.Reader, opts .
 // directories and symbolic links as they are (a link's target is not
 // followed or checked), with their permission bits and modification times;
 // hard links arrive as separate copies and other files (devices, fifos,
-// sockets) are left out. Options are those of UploadTar; WithMakeParents
-// creates remoteDir.
+// sockets) are left out. A file with holes travels as a sparse entry, its
+// data only, and is sparse in the sandbox too. Options are those of
+// UploadTar; WithMakeParents creates remoteDir, and WithMaxSize bounds the
+// apparent size of the files sent (a *SizeLimitError, before the file over
+// it is sent).
 func (s *Sandbox) UploadDir(ctx context.Context, localDir, remoteDir string, opts ...FileOption) (TarStats, error) {
 	if err := s.check(); err != nil {
 		return TarStats{}, err
+	}
+	var fo fileOptions
+	for _, o := range opts {
+		o(&fo)
 	}
 	root, err := os.OpenRoot(localDir)
 	if err != nil {
@@ -100,7 +108,7 @@ func (s *Sandbox) UploadDir(ctx context.Context, localDir, remoteDir string, opt
 	pr, pw := io.Pipe()
 	walked := make(chan error, 1)
 	go func() {
-		err := writeTar(root, pw)
+		err := writeTar(ctx, root, pw, fo.maxSize)
 		pw.CloseWithError(err)
 		walked <- err
 	}()
@@ -108,6 +116,10 @@ func (s *Sandbox) UploadDir(ctx context.Context, localDir, remoteDir string, opt
 	// Unblock the walk if the upload ended before reading it all.
 	pr.CloseWithError(errUploadEnded)
 	werr := <-walked
+	var sle *SizeLimitError
+	if errors.As(werr, &sle) {
+		return TarStats{}, sle // the upload was abandoned for it
+	}
 	if err != nil {
 		return TarStats{}, err
 	}
@@ -123,9 +135,11 @@ func (s *Sandbox) UploadDir(ctx context.Context, localDir, remoteDir string, opt
 var errUploadEnded = errors.New("the upload ended")
 
 // writeTar writes the tree of root to w as a tar archive, names relative
-// to root, without an entry for root itself.
-func writeTar(root *os.Root, w io.Writer) error {
-	tw := tar.NewWriter(w)
+// to root, without an entry for root itself; maxSize (0: none) bounds the
+// apparent size of its files.
+func writeTar(ctx context.Context, root *os.Root, w io.Writer, maxSize int64) error {
+	tw := sparse.NewWriter(w)
+	var total int64
 	err := fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -149,6 +163,11 @@ func writeTar(root *os.Root, w io.Writer) error {
 		case mode.IsRegular():
 			hdr.Typeflag = tar.TypeReg
 			hdr.Size = info.Size()
+			if maxSize > 0 && hdr.Size > maxSize-total {
+				return &SizeLimitError{Path: name, Size: hdr.Size, Limit: maxSize}
+			}
+			total += hdr.Size
+			return copyFile(ctx, root, name, hdr, tw)
 		case mode&fs.ModeSymlink != 0:
 			target, err := root.Readlink(filepath.FromSlash(name))
 			if err != nil {
@@ -159,13 +178,7 @@ func writeTar(root *os.Root, w io.Writer) error {
 		default:
 			return nil // devices, fifos and sockets are left out
 		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if hdr.Typeflag != tar.TypeReg {
-			return nil
-		}
-		return copyFile(root, name, hdr.Size, tw)
+		return tw.WriteHeader(hdr)
 	})
 	if err != nil {
 		return err
@@ -173,22 +186,49 @@ func writeTar(root *os.Root, w io.Writer) error {
 	return tw.Close()
 }
 
-// copyFile copies the size bytes of root's file name to w.
-func copyFile(root *os.Root, name string, size int64, w io.Writer) error {
+// copyFile writes root's regular file name, described by hdr, to tw: as a
+// sparse entry when it has holes.
+func copyFile(ctx context.Context, root *os.Root, name string, hdr *tar.Header, tw *sparse.Writer) error {
 	f, err := root.Open(filepath.FromSlash(name))
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	n, err := io.Copy(w, io.LimitReader(f, size))
+	segs, err := sparse.Segments(f, hdr.Size)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if sparse.Holey(segs, hdr.Size) {
+		return tw.WriteSparse(ctx, hdr, f, segs)
+	}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	n, err := io.Copy(tw, io.NewSectionReader(f, 0, hdr.Size)) // Segments moved the offset
 	if err != nil {
 		return err
 	}
-	if n != size {
-		return fmt.Errorf("%s shrank from %d to %d bytes while being read", name, size, n)
+	if n != hdr.Size {
+		return fmt.Errorf("%s shrank from %d to %d bytes while being read", name, hdr.Size, n)
 	}
 	return nil
 }
+
+// SizeLimitError is the error of a copy refused by WithMaxSize: the file
+// at Path (relative to the copy's root) would have taken the files copied
+// past Limit bytes; it is Size bytes, holes included. Nothing of it was
+// sent or written.
+type SizeLimitError struct {
+	Path        string
+	Size, Limit int64
+}
+
+func (e *SizeLimitError) Error() string {
+	return fmt.Sprintf("%s is %d bytes (apparent size, holes included): the copy would pass its limit of %d bytes; nothing of it was copied", e.Path, e.Size, e.Limit)
+}
+
+// Unwrap makes a SizeLimitError an ErrResourceExhausted.
+func (e *SizeLimitError) Unwrap() error { return ErrResourceExhausted }
 
 // DownloadDir copies the tree at remotePath in the sandbox into the local
 // directory localDir (created if missing): remotePath's entries become
@@ -201,15 +241,22 @@ func copyFile(root *os.Root, name string, size int64, w io.Writer) error {
 // Symlinks are created as they are (even absolute ones: they are links in
 // localDir, never followed while extracting). Permission bits are kept
 // without setuid, setgid and sticky bits; owners are not (files belong to
-// the caller); fifos are left out. An error may leave part of the tree
-// extracted.
+// the caller); fifos are left out. Sparse files stay sparse: their holes,
+// and every run of whole zero blocks, are holes in localDir. WithMaxSize
+// bounds the apparent size of the files written: the file that would pass
+// it is refused with a *SizeLimitError before any of it is written. An
+// error may leave part of the tree extracted.
 //
 // Entries are named relative to remotePath. An archive whose first entry
 // is a directory named like remotePath's last element (the layout of
 // `docker cp`) is taken to be rooted there, and that element is stripped.
-func (s *Sandbox) DownloadDir(ctx context.Context, remotePath, localDir string) error {
+func (s *Sandbox) DownloadDir(ctx context.Context, remotePath, localDir string, opts ...FileOption) error {
 	if err := s.check(); err != nil {
 		return err
+	}
+	var fo fileOptions
+	for _, o := range opts {
+		o(&fo)
 	}
 	if err := os.MkdirAll(localDir, 0o755); err != nil {
 		return fmt.Errorf("download %s: %w", remotePath, err)
@@ -227,7 +274,11 @@ func (s *Sandbox) DownloadDir(ctx context.Context, remotePath, localDir string) 
 	}
 	defer stream.Close()
 	r := &tarStream{c: s.c, stream: stream}
-	if err := extractTar(root, r, path.Base(path.Clean("/"+remotePath))); err != nil {
+	if err := extractTar(root, r, path.Base(path.Clean("/"+remotePath)), fo.maxSize); err != nil {
+		var sle *SizeLimitError
+		if errors.As(err, &sle) {
+			return sle
+		}
 		return fmt.Errorf("download %s from sandbox %s to %s: %w", remotePath, s.ID, localDir, err)
 	}
 	// The end of the archive may not be the end of the stream: an error
@@ -274,10 +325,12 @@ type dirMeta struct {
 }
 
 // extractTar extracts the archive r yields into root (see DownloadDir).
-// base is the last element of the path the archive was made from.
-func extractTar(root *os.Root, r io.Reader, base string) error {
+// base is the last element of the path the archive was made from; maxSize
+// (0: none) bounds the apparent size of the files written.
+func extractTar(root *os.Root, r io.Reader, base string, maxSize int64) error {
 	tr := tar.NewReader(r)
 	var dirs []dirMeta
+	var total int64
 	strip := ""
 	for first := true; ; first = false {
 		hdr, err := tr.Next()
@@ -309,6 +362,11 @@ func extractTar(root *os.Root, r io.Reader, base string) error {
 			}
 			dirs = append(dirs, dirMeta{name: osName, perm: perm, modTime: hdr.ModTime})
 		case tar.TypeReg:
+			// hdr.Size is the apparent size: a sparse entry's holes count.
+			if hdr.Size < 0 || maxSize > 0 && hdr.Size > maxSize-total {
+				return &SizeLimitError{Path: name, Size: hdr.Size, Limit: maxSize}
+			}
+			total += hdr.Size
 			if err := makeRoom(root, name); err != nil {
 				return err
 			}
@@ -345,8 +403,10 @@ func extractTar(root *os.Root, r io.Reader, base string) error {
 		case tar.TypeChar, tar.TypeBlock:
 			return fmt.Errorf("entry %q is a device: devices are not extracted", hdr.Name)
 		default:
-			// Fifos, sparse files (which a sandbox's server does not
-			// send) and types this version does not know are left out.
+			// Fifos, old GNU sparse entries (type 'S', which a sandbox's
+			// server does not send; its sparse entries are regular files
+			// with PAX records) and types this version does not know are
+			// left out.
 		}
 	}
 	// Deepest last: a parent's times change when its entries do.
@@ -370,7 +430,7 @@ func extractFile(root *os.Root, name string, tr io.Reader, perm fs.FileMode) err
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, tr); err != nil {
+	if _, err := sparse.Copy(f, tr); err != nil {
 		f.Close()
 		return err
 	}

@@ -515,7 +515,7 @@ func FuzzExtractTar(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer root.Close()
-		_ = extractTar(root, bytes.NewReader(archive), "t")
+		_ = extractTar(root, bytes.NewReader(archive), "t", 64<<20)
 		// Let TempDir's cleanup remove what was made read-only.
 		_ = filepath.WalkDir(target, func(p string, d fs.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

@@ -28,6 +28,8 @@ var commands = map[string]func(args []string) error{
 	"connect": connectCmd,
 	"raw":     rawCmd,
 	"chroot":  chrootCmd,
+	"init":    initCmd,
+	"inotify": inotifyCmd,
 }
 
 func main() {

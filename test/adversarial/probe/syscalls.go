@@ -118,6 +118,24 @@ var attempts = map[string]func() error{
 		const xfsIOCSwapext = 0xc0c0586d
 		return errno(unix.Syscall(unix.SYS_IOCTL, 0, xfsIOCSwapext, 0))
 	},
+	// Where a file lies on the host's disk (finding 10 of issue 10).
+	"fiemap": func() error {
+		var fm [32 + 56]byte    // struct fiemap and one extent
+		binaryPut32(fm[24:], 1) // fm_extent_count
+		return ioctlFile("/bin/busybox", 0xc020660b, unsafe.Pointer(&fm[0]))
+	},
+	"getfsmap": func() error {
+		var head [192 + 64]byte  // struct fsmap_head and one record
+		binaryPut32(head[8:], 1) // fmh_count
+		for i := 128; i < 192; i++ {
+			head[i] = 0xff // fmh_keys[1]: the end of the device
+		}
+		return ioctlFile("/bin/busybox", 0xc0c0583b, unsafe.Pointer(&head[0]))
+	},
+	"fibmap": func() error {
+		var block uint32
+		return ioctlFile("/bin/busybox", 1, unsafe.Pointer(&block))
+	},
 	// A character device for host memory (/dev/mem is 1:1).
 	"mknod_char": func() error {
 		const path = "/tmp/probe-mem"
@@ -164,4 +182,18 @@ func closeFD(fd int, err error) error {
 		unix.Close(fd)
 	}
 	return err
+}
+
+// ioctlFile makes the ioctl req on the file at path with arg.
+func ioctlFile(path string, req uintptr, arg unsafe.Pointer) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return errno(unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg)))
+}
+
+func binaryPut32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 }

@@ -32,8 +32,10 @@ type Config struct {
 	Runtime string
 	// Self is the static dsec binary; default the running executable.
 	Self string
-	// IDMap is the sandboxes' shared host id range; default rootfs.Default.
-	IDMap rootfs.IDMap
+	// IDMap is the first sandbox's host id range, UIDRanges how many
+	// follow (keeper.Config); default rootfs.Default.
+	IDMap     rootfs.IDMap
+	UIDRanges int
 	// CgroupParent is the cgroup holding all sandboxes; default "dsec".
 	CgroupParent string
 	// DiskQuota is how writable layers are limited (keeper.Config).
@@ -144,6 +146,9 @@ func (b *Backend) ensureKeeper(ctx context.Context) error {
 		args = append(args, "--runtime", b.cfg.Runtime)
 	}
 	if b.cfg.CgroupParent != "" {
+	if b.cfg.UIDRanges != 0 {
+		args = append(args, "--uid-ranges", fmt.Sprint(b.cfg.UIDRanges))
+	}
 		args = append(args, "--cgroup-parent", b.cfg.CgroupParent)
 	}
 	if b.cfg.DiskQuota != "" {
