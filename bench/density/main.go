@@ -243,6 +243,13 @@ func (d *drill) run(ctx context.Context) (err error) {
 	if oc := float64(d.cfg.n+8) * float64(d.cfg.memory) * 1.25 / float64(d.rep.Host.MemTotal); oc > 4 {
 		args = append(args, "--memory-overcommit", strconv.FormatFloat(math.Ceil(oc), 'f', 0, 64))
 	}
+	// Writable disks (10 GiB each, and 256 MiB of exec output) are
+	// admitted against the state dir's free space × the disk overcommit
+	// ratio (default 32); the drill's sandboxes write nothing, so raise it
+	// when N default disks need it.
+	if oc := harness.DiskOvercommit(d.dir, d.cfg.n+8); oc > 32 {
+		args = append(args, "--disk-overcommit", strconv.FormatFloat(math.Ceil(oc), 'f', 0, 64))
+	}
 	d.rep.Config = Config{
 		N: d.cfg.n, Mode: d.cfg.mode, Conc: d.cfg.conc, ExecConc: d.cfg.execConc,
 		MemoryLimit: d.cfg.memory, MinAvailable: d.cfg.minAvail, UpFlags: args,

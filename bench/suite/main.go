@@ -268,6 +268,11 @@ func (b *bench) startDsec(ctx context.Context) error {
 	if oc := need / float64(total); oc > 4 {
 		args = append(args, "--memory-overcommit", strconv.FormatFloat(math.Ceil(oc), 'f', 0, 64))
 	}
+	// Disks are admitted against the state dir's free space × the disk
+	// overcommit ratio (default 32); the idle sandboxes write nothing.
+	if oc := harness.DiskOvercommit(b.dir, max(b.cfg.burst, b.cfg.idle)+8); oc > 32 {
+		args = append(args, "--disk-overcommit", strconv.FormatFloat(math.Ceil(oc), 'f', 0, 64))
+	}
 	b.res.Host.DsecFlags = args
 	up, err := harness.StartDsec(ctx, harness.DsecConfig{
 		Bin: b.cfg.bin, StateDir: filepath.Join(b.dir, "dsec"),

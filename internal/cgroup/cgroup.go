@@ -8,6 +8,12 @@
 // mode the cgroup2 mount; in Hybrid mode both, with limits set through v1
 // and the v2 group used to kill, freeze and observe.
 //
+// The parent itself carries Config.Ceiling, the host-wide ceilings of all
+// sandboxes together (pids.max and the memory limit of <Parent>), so that no
+// mix of sandboxes can take the host's last tasks or memory: processes
+// outside <Parent> (the host, dsec's keeper and its exec helpers until they
+// join a sandbox) never count against it.
+//
 // Invariants: the Manager reads and writes only below <mountpoint>/<Parent>
 // (it never mounts anything and never changes a group it did not name);
 // names are single path components of [a-z0-9._-], so no name walks out of
@@ -42,6 +48,11 @@ type Config struct {
 	// Layout is the host's cgroup layout. The zero value means
 	// DetectLayout().
 	Layout Layout
+	// Ceiling limits the parent group, and so every group in it together:
+	// MemoryBytes and Pids (CPUs must be 0). It is written by
+	// ApplyCeiling and whenever the Manager has to make the parent again.
+	// Zero fields leave the parent's limit as the kernel made it (none).
+	Ceiling Resources
 }
 
 // Resources are the limits of a group. Zero means no limit.

@@ -63,7 +63,9 @@ type Manager struct {
 	// v1 are the distinct mountpoints of the v1 hierarchies groups join,
 	// sorted; empty in Unified mode.
 	v1 []string
-	fs fileOps
+	// ceiling limits the parent (Config.Ceiling).
+	ceiling Resources
+	fs      fileOps
 }
 
 // New returns a Manager of the groups under cfg.Parent. It makes nothing:
@@ -83,7 +85,13 @@ func New(cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
-	m := &Manager{parent: cfg.Parent, layout: l, fs: kernelFS{}}
+	if err := cfg.Ceiling.Validate(); err != nil {
+		return nil, fmt.Errorf("cgroup ceiling: %w", err)
+	}
+	if cfg.Ceiling.CPUs != 0 {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "cgroup ceiling: a CPU ceiling is not supported: CPU limits are caps, overcommitted")
+	}
+	m := &Manager{parent: cfg.Parent, layout: l, ceiling: cfg.Ceiling, fs: kernelFS{}}
 	switch l.Mode {
 	case V1, Hybrid:
 		for _, c := range usedV1 {
@@ -192,21 +200,37 @@ func (m *Manager) Create(name string, r Resources) (err error) {
 // prepareParent makes the parent group in every hierarchy and readies it
 // for children that have the controllers r needs.
 func (m *Manager) prepareParent(r Resources) error {
+	_, err := m.prepareParentMade(r)
+	return err
+}
+
+// prepareParentMade is prepareParent, reporting whether it made the parent
+// in a hierarchy (and so wrote the ceiling).
+func (m *Manager) prepareParentMade(r Resources) (made bool, err error) {
 	if m.layout.Mode != Unified {
 		if err := m.checkV1(r); err != nil {
-			return err
+			return false, err
 		}
 	}
 	for _, root := range m.roots() {
 		d := filepath.Join(root, m.parent)
-		if err := m.fs.Mkdir(d); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("create parent: %w", classify(err))
+		err := m.fs.Mkdir(d)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return false, fmt.Errorf("create parent: %w", classify(err))
 		}
+		made = made || err == nil
 	}
 	if m.layout.Mode == Unified {
-		return m.prepareV2Parent(r)
+		err = m.prepareV2Parent(r)
+	} else {
+		err = m.prepareV1Parent()
 	}
-	return m.prepareV1Parent()
+	if err == nil && made {
+		// A parent made again (removed by hand or by dsec purge) gets
+		// the ceiling back before any group joins it.
+		err = m.writeCeiling()
+	}
+	return made, err
 }
 
 // ProcsFiles are the cgroup.procs files a process is written into to join

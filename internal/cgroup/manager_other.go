@@ -43,3 +43,9 @@ func (*Manager) Delete(context.Context, string) error { return errors.ErrUnsuppo
 
 // List reports errors.ErrUnsupported.
 func (*Manager) List() ([]string, error) { return nil, errors.ErrUnsupported }
+
+// ApplyCeiling reports errors.ErrUnsupported.
+func (*Manager) ApplyCeiling() error { return errors.ErrUnsupported }
+
+// Ceiling reports errors.ErrUnsupported.
+func (*Manager) Ceiling() (Stats, error) { return Stats{}, errors.ErrUnsupported }

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/cgroup"
 	"github.com/dsecproject/dsec/internal/keeper"
 	"github.com/dsecproject/dsec/internal/nsexec"
@@ -49,6 +50,7 @@ func Checks() []Check {
 		{"open files", false, checkNofile},
 		{"pid_max", false, checkPidMax},
 		{"memory", false, checkMemory},
+		{"host ceilings", false, checkCeilings},
 		{"swap", false, checkSwap},
 		{"state dir", true, checkStateDir},
 		{"disk space", false, checkDiskSpace},
@@ -705,7 +707,9 @@ const (
 )
 
 func memoryResult(total, avail uint64) Result {
-	admitted := total * defaultOvercommit
+	// Admission counts from the sandboxes' memory ceiling: the host's
+	// memory minus the host memory reserve (docs/ceilings.md).
+	admitted := (total - uint64(ceiling.MemoryReserve.Of(int64(total)))) * defaultOvercommit
 	what := fmt.Sprintf("%s, %s available: memory limits may add up to %s (%d sandboxes of 512 MiB at the default overcommit of %d)",
 		formatBytes(total), formatBytes(avail), formatBytes(admitted), admitted/defaultSandboxMemory, defaultOvercommit)
 	if total < 2<<30 {

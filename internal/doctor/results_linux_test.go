@@ -184,7 +184,7 @@ func TestLimitResults(t *testing.T) {
 	}{
 		{"pidMaxResult(32768)", pidMaxResult(32768), want{OK, "32768 processes", ""}},
 		{"pidMaxResult(4096)", pidMaxResult(4096), want{Warn, "few sandboxes", "kernel.pid_max"}},
-		{"memoryResult(24G)", memoryResult(24<<30, 20<<30), want{OK, "96.0 GiB (192 sandboxes of 512 MiB", ""}},
+		{"memoryResult(24G)", memoryResult(24<<30, 20<<30), want{OK, "86.4 GiB (172 sandboxes of 512 MiB", ""}},
 		{"memoryResult(1G)", memoryResult(1<<30, 1<<29), want{Warn, "few sandboxes fit", "more memory"}},
 		{"swapResult(0)", swapResult(0, 0), want{OK, "none", ""}},
 		{"swapResult(8G)", swapResult(8<<30, 4<<30), want{OK, "8.0 GiB, 4.0 GiB free", ""}},

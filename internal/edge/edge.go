@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/metrics"
@@ -83,6 +84,18 @@ type Config struct {
 	// MemoryReserve refuses creates while MemAvailable is below it
 	// (default 512 MiB).
 	MemoryReserve int64
+	// DiskOvercommit is how many times the space left on the state dir's
+	// file system (its free space above DiskReserve) the sandboxes'
+	// writable disks and exec output quotas may add up to (default
+	// DefaultDiskOvercommit, 32); one sandbox's must fit the space left
+	// itself (admission.go).
+	DiskOvercommit float64
+	// DiskReserve is the free space kept for the host on the state dir's
+	// file system (default ceiling.DiskReserve: 5%, at least 2 GiB).
+	DiskReserve ceiling.Reserve
+	// OutputQuota is the exec output a sandbox may keep, admitted with its
+	// disk (default DefaultOutputQuota, the keeper's 256 MiB).
+	OutputQuota int64
 	// CPUs is the node's CPU count (default: runtime.NumCPU()).
 	CPUs    int
 	Version string
@@ -104,12 +117,15 @@ type Edge struct {
 	stop   chan struct{}
 	events bus
 	idem   idemLocks
+	// diskSpace measures the state dir's file system (a fake in tests).
+	diskSpace func() (ceiling.Space, error)
 
 	mu sync.Mutex
 	// guarded by mu
-	committed int64                // memory limits of live sandboxes
-	activity  map[string]time.Time // last API use per sandbox
-	streams   map[string]int       // open exec streams per sandbox
+	committed     int64                // memory limits of live sandboxes
+	diskCommitted int64                // disks and output quotas of live sandboxes
+	activity      map[string]time.Time // last API use per sandbox
+	streams       map[string]int       // open exec streams per sandbox
 }
 
 var nodeNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
@@ -159,6 +175,15 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	if cfg.MemoryReserve == 0 {
 		cfg.MemoryReserve = 512 << 20
 	}
+	if cfg.DiskOvercommit == 0 {
+		cfg.DiskOvercommit = DefaultDiskOvercommit
+	}
+	if cfg.DiskOvercommit < 1 {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "disk overcommit %v is below 1", cfg.DiskOvercommit)
+	}
+	if cfg.OutputQuota == 0 {
+		cfg.OutputQuota = DefaultOutputQuota
+	}
 	if cfg.CPUs == 0 {
 		cfg.CPUs = runtime.NumCPU()
 	}
@@ -178,6 +203,7 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	e := &Edge{
 		cfg: cfg, log: cfg.Logger, store: st, stop: make(chan struct{}),
 		activity: map[string]time.Time{}, streams: map[string]int{},
+		diskSpace: func() (ceiling.Space, error) { return ceiling.DiskSpace(cfg.StateDir) },
 	}
 	if err := e.reconcile(ctx); err != nil {
 		st.close()
@@ -271,8 +297,11 @@ func (e *Edge) reconcile(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, r := range byID {
-		if r.State == StateRunning || r.State == StateCreating {
+		// A sandbox holds what it was admitted until its record goes
+		// (deleteOne): an exited one still has its disk and output.
+		if r.State != StateDeleting {
 			e.committed += r.Resources.MemoryBytes
+			e.diskCommitted += e.diskNeed(r.Resources.DiskBytes)
 		}
 		e.activity[r.ID] = now
 	}

@@ -199,6 +199,13 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 	if err != nil {
 		return nil, err
 	}
+	releaseDisk, err := e.admitDisk(p.Resources.DiskBytes)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	releaseMem := release
+	release = func() { releaseMem(); releaseDisk() }
 	now := time.Now().UTC()
 	project := caller.Project
 	if project == "" {
@@ -412,9 +419,11 @@ func (e *Edge) deleteOne(ctx context.Context, id, typ, reason string) error {
 	r.State, r.Reason = StateDeleting, reason
 	e.publish(typ, r, reason)
 	e.mu.Lock()
-	if prev == StateRunning || prev == StateCreating {
-		e.committed -= r.Resources.MemoryBytes
-	}
+	// Every state but deleting (which deleteOne refuses) holds what the
+	// sandbox was admitted, exited and failed ones too: reconcile counts
+	// them so.
+	e.committed -= r.Resources.MemoryBytes
+	e.diskCommitted -= e.diskNeed(r.Resources.DiskBytes)
 	delete(e.activity, id)
 	e.mu.Unlock()
 	return nil

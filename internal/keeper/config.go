@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/nsexec"
 	"github.com/dsecproject/dsec/internal/rootfs"
@@ -34,6 +35,14 @@ type Config struct {
 	UIDRanges int
 	// CgroupParent holds every sandbox's cgroup. Default "dsec".
 	CgroupParent string
+	// HostPidsReserve and HostMemoryReserve are the tasks and memory kept
+	// for the host, out of every sandbox's reach: CgroupParent's pids.max
+	// is the host's task limit (pid_max, or threads-max when lower) minus
+	// HostPidsReserve, its memory limit MemTotal minus HostMemoryReserve.
+	// Defaults ceiling.PidsReserve (25%, at least 4,096 tasks) and
+	// ceiling.MemoryReserve (10%, at least 1 GiB).
+	HostPidsReserve   ceiling.Reserve
+	HostMemoryReserve ceiling.Reserve
 	// OutputLimit caps each exec output stream. Default 16 MiB.
 	OutputLimit int64
 	// OutputQuota caps the exec output a sandbox keeps in all, until it is

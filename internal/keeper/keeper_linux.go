@@ -142,7 +142,7 @@ func (k *Keeper) setup() error {
 	if err != nil {
 		return fmt.Errorf("detect cgroups: %w", err)
 	}
-	k.cg, err = cgroup.New(cgroup.Config{Parent: k.cfg.CgroupParent, Layout: layout})
+	k.cg, err = k.newCgroups(layout) // with the host ceilings (ceiling_linux.go)
 	if err != nil {
 		return err
 	}

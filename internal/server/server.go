@@ -25,6 +25,7 @@ import (
 
 	"github.com/dsecproject/dsec/internal/apiserver"
 	"github.com/dsecproject/dsec/internal/blobstore"
+	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/chunkcache"
 	"github.com/dsecproject/dsec/internal/cluster"
 	"github.com/dsecproject/dsec/internal/edge"
@@ -81,6 +82,14 @@ type Config struct {
 	MemoryReserve    int64
 	Version          string
 	Logger           *slog.Logger
+	// HostPidsReserve and HostMemoryReserve are kept for the host out of
+	// every sandbox's reach (keeper.Config; zero: the defaults); the edge
+	// admits memory against the host's memory minus HostMemoryReserve.
+	HostPidsReserve, HostMemoryReserve ceiling.Reserve
+	// DiskReserve (zero: ceiling.DiskReserve) and DiskOvercommit (0: 32)
+	// are the edge's disk admission settings (edge.Config).
+	DiskReserve    ceiling.Reserve
+	DiskOvercommit float64
 	// Ready is called once the platform serves requests.
 	Ready func(addr string)
 	// SandboxFusion configures the SandboxFusion-compatible API.
@@ -198,11 +207,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		BlobSource: cfg.BlobSource, ChunkCache: cfg.ChunkCache, ChunkCacheSize: cfg.ChunkCacheSize,
 		ChunkSize: cfg.ChunkSize,
 		Version:   cfg.Version, Logger: log,
+		HostPidsReserve: cfg.HostPidsReserve, HostMemoryReserve: cfg.HostMemoryReserve,
 	})
 	if err != nil {
 		return err
 	}
 	defer be.Close()
+	sandboxMem, err := sandboxMemory(cfg)
+	if err != nil {
+		return err
+	}
 	mets := metrics.New()
 	if cfg.BlobSource != "" {
 		// The chunk cache of lazy layers lives in the keeper: its figures
@@ -222,6 +236,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		DefaultBackend: container.Name,
 		Images:         &Images{Cluster: store, Blobs: blobs, LazyLayers: cfg.LazyLayers, LazyMount: cfg.BlobSource != "", ChunkSize: cfg.ChunkSize},
 		Defaults:       cfg.Defaults, MemoryOvercommit: cfg.MemoryOvercommit, MemoryReserve: cfg.MemoryReserve,
+		MemoryBytes: sandboxMem, DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
 		Version: cfg.Version, Logger: log,
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/keeper"
@@ -38,6 +39,9 @@ type Config struct {
 	UIDRanges int
 	// CgroupParent is the cgroup holding all sandboxes; default "dsec".
 	CgroupParent string
+	// HostPidsReserve and HostMemoryReserve are kept for the host out of
+	// every sandbox's reach (keeper.Config; zero: the keeper's defaults).
+	HostPidsReserve, HostMemoryReserve ceiling.Reserve
 	// DiskQuota is how writable layers are limited (keeper.Config).
 	DiskQuota string
 	// WarmPool is how many sandboxes of each recently created shape the
@@ -150,6 +154,12 @@ func (b *Backend) ensureKeeper(ctx context.Context) error {
 		args = append(args, "--uid-ranges", fmt.Sprint(b.cfg.UIDRanges))
 	}
 		args = append(args, "--cgroup-parent", b.cfg.CgroupParent)
+	}
+	if !b.cfg.HostPidsReserve.IsZero() {
+		args = append(args, "--host-pids-reserve", b.cfg.HostPidsReserve.String())
+	}
+	if !b.cfg.HostMemoryReserve.IsZero() {
+		args = append(args, "--host-memory-reserve", b.cfg.HostMemoryReserve.String())
 	}
 	if b.cfg.DiskQuota != "" {
 		args = append(args, "--disk-quota", b.cfg.DiskQuota)

@@ -1,0 +1,78 @@
+package edge
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/ceiling"
+	"github.com/dsecproject/dsec/internal/errdefs"
+)
+
+// Disk admission. A sandbox's writable disk and its exec output quota live
+// on the state dir's file system (sparse disk images or quota directories,
+// and output files), so they are admitted against that file system's free
+// space above a reserve kept for the host ("the space left"):
+//
+//   - one sandbox's disk plus output quota must fit the space left, never
+//     overcommitted: no single sandbox may fill the file system past the
+//     reserve;
+//   - all sandboxes' disks plus output quotas together may add up to
+//     DiskOvercommit times the space left: disks are sparse and most
+//     sandboxes write a small part of theirs, so, as with memory, limits
+//     are overcommitted and the free space is measured again at every
+//     create (space a sandbox has written is no longer free, so a filling
+//     node admits less and less).
+const (
+	// DefaultDiskOvercommit is Config.DiskOvercommit's default.
+	DefaultDiskOvercommit = 32
+	// DefaultOutputQuota is the keeper's exec output quota per sandbox
+	// (keeper.Config.OutputQuota), Config.OutputQuota's default.
+	DefaultOutputQuota = 256 << 20
+)
+
+// diskRetry is the retry hint of a disk refusal: space comes back when
+// sandboxes are deleted, which takes longer than memory to matter.
+const diskRetry = 30 * time.Second
+
+// diskNeed is what a sandbox with a writable disk of disk bytes takes from
+// the state dir's file system at most.
+func (e *Edge) diskNeed(disk int64) int64 { return disk + e.cfg.OutputQuota }
+
+// admitDisk reserves the state dir's space for a sandbox with a writable
+// disk of disk bytes, or refuses it with ResourceExhausted naming disk.
+func (e *Edge) admitDisk(disk int64) (release func(), err error) {
+	need := e.diskNeed(disk)
+	sp, err := e.diskSpace()
+	if err != nil {
+		return nil, errdefs.Newf(errdefs.ErrInternal, "disk admission: %v", err)
+	}
+	reserve := e.cfg.DiskReserve.Or(ceiling.DiskReserve).Of(sp.Size)
+	left := max(sp.Free-reserve, 0)
+	if need > left {
+		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
+			"disk: %s asked (%s writable disk and %s of exec output), %s left on the state dir's file system of node %s "+
+				"(%s free, %s kept for the host): ask for a smaller disk (--disk), free space in %s, or retry on another node",
+			ceiling.FormatBytes(need), ceiling.FormatBytes(disk), ceiling.FormatBytes(e.cfg.OutputQuota), ceiling.FormatBytes(left),
+			e.cfg.Node, ceiling.FormatBytes(sp.Free), ceiling.FormatBytes(reserve), e.cfg.StateDir), diskRetry)
+	}
+	budget := int64(e.cfg.DiskOvercommit * float64(left))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.diskCommitted+need > budget {
+		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
+			"disk: node %s has no room for %s more: %s of writable disks and exec output admitted, at most %s "+
+				"(%s × the %s left on the state dir's file system): delete sandboxes, ask for a smaller disk (--disk), or retry later",
+			e.cfg.Node, ceiling.FormatBytes(need), ceiling.FormatBytes(e.diskCommitted), ceiling.FormatBytes(budget),
+			strconv.FormatFloat(e.cfg.DiskOvercommit, 'g', -1, 64), ceiling.FormatBytes(left)), diskRetry)
+	}
+	e.diskCommitted += need
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			e.diskCommitted -= need
+			e.mu.Unlock()
+		})
+	}, nil
+}

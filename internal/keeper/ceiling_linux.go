@@ -1,0 +1,71 @@
+package keeper
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/dsecproject/dsec/internal/ceiling"
+	"github.com/dsecproject/dsec/internal/cgroup"
+)
+
+// newCgroups returns the manager of the sandboxes' cgroups with the host
+// ceilings set on their parent: the host's task limit and memory minus
+// what is kept for the host. The keeper itself, its exec zygote and its
+// exec helpers (until they join a sandbox) stay outside the parent, in
+// the cgroup dsec up was started in, so sandboxes at the ceiling cannot
+// starve them: the host's reserve is theirs too.
+func (k *Keeper) newCgroups(layout cgroup.Layout) (*cgroup.Manager, error) {
+	h, err := ceiling.ReadHost()
+	if err != nil {
+		return nil, err
+	}
+	s, err := ceiling.ForSandboxes(h, k.cfg.HostPidsReserve, k.cfg.HostMemoryReserve)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := cgroup.New(cgroup.Config{Parent: k.cfg.CgroupParent, Layout: layout,
+		Ceiling: cgroup.Resources{Pids: s.Pids, MemoryBytes: s.MemoryBytes}})
+	if err != nil {
+		return nil, err
+	}
+	if err := cg.ApplyCeiling(); err != nil {
+		return nil, fmt.Errorf("host ceilings: %w", err)
+	}
+	k.log.Info("host ceilings of all sandboxes set", "cgroup", k.cfg.CgroupParent,
+		"pids", s.Pids, "host_tasks", h.Tasks, "memory", s.MemoryBytes, "host_memory", h.MemoryBytes)
+	if under, err := inCgroup("/proc/self/cgroup", k.cfg.CgroupParent); err == nil && under {
+		k.log.Warn("the keeper runs inside the sandboxes' cgroup parent, so sandboxes at its ceiling can starve it: start dsec up outside it",
+			"cgroup", k.cfg.CgroupParent)
+	}
+	return cg, nil
+}
+
+// inCgroup reports whether the process whose cgroup file (/proc/PID/cgroup)
+// is file is in the top-level group parent, or below it, in a hierarchy
+// that limits pids or memory (or in the cgroup2 one).
+func inCgroup(file, parent string) (bool, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.SplitN(sc.Text(), ":", 3)
+		if len(fields) != 3 {
+			continue
+		}
+		ctrls := strings.Split(fields[1], ",")
+		if fields[1] != "" && !slices.Contains(ctrls, "pids") && !slices.Contains(ctrls, "memory") {
+			continue
+		}
+		p := fields[2]
+		if p == "/"+parent || strings.HasPrefix(p, "/"+parent+"/") {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
