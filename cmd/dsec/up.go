@@ -41,7 +41,6 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		blobSource, chunkCache          string
 		chunkCacheSize                  string
 		chunkSize                       string
-		ceil                            ceilingFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -106,19 +105,9 @@ first (see docs/sandboxfusion.md):
 			if fusionPool == 0 {
 				fusionPool = -1 // none; zero is the package default
 			}
-			pidsRes, memRes, err := ceil.parseHost()
-			if err != nil {
-				return err
-			}
-			diskRes, err := ceil.parseDisk()
-			if err != nil {
-				return err
-			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return server.Run(ctx, server.Config{
-				HostPidsReserve: pidsRes, HostMemoryReserve: memRes,
-				DiskReserve: diskRes, DiskOvercommit: ceil.diskOvercommit,
 				SandboxFusion: server.FusionConfig{
 					Listen: fusionListen, KeyFile: fusionKeyFile, Images: images,
 					PoolSize: fusionPool, Memory: fmem,
@@ -143,8 +132,6 @@ first (see docs/sandboxfusion.md):
 	f.IntVar(&uidRanges, "uid-ranges", 0, "how many sandboxes' id ranges follow --uid-base, which bounds the sandboxes held at once (0: 16384, or as many as fit below 2^32)")
 	f.Float64Var(&overcommit, "memory-overcommit", 4, "memory limits may add up to this many times the node's memory")
 	f.StringVar(&reserve, "memory-reserve", "512M", "refuse new sandboxes while less memory than this is available")
-	ceil.registerHost(f)
-	ceil.registerDisk(f)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error (the node keeper takes DSEC_LOG_LEVEL)")
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup (under each hierarchy's root) that holds every sandbox's cgroup")
 	f.StringVar(&fusionListen, "sandboxfusion-listen", server.DefaultFusionListen, "address of the SandboxFusion-compatible run_code API (host:port); empty turns it off")
@@ -240,7 +227,6 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 		blobSource, chunkCache           string
 		chunkCacheSize                   int64
 		chunkSize                        int64
-		ceil                             ceilingFlags
 	)
 	cmd := &cobra.Command{
 		Use:    "keeper",
@@ -256,14 +242,9 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 			if err := servePprof("DSEC_KEEPER_PPROF", log); err != nil {
 				return err
 			}
-			pidsRes, memRes, err := ceil.parseHost()
-			if err != nil {
-				return err
-			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			err = keeper.Run(ctx, keeper.Config{
-				HostPidsReserve: pidsRes, HostMemoryReserve: memRes,
+			err := keeper.Run(ctx, keeper.Config{
 				StateDir: g.resolvedStateDir(), Runtime: runtime, CgroupParent: cgroupParent, DiskQuota: diskQuota,
 				WarmPool:   warmPool,
 				BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: chunkCacheSize, ChunkSize: chunkSize,
@@ -279,7 +260,6 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&runtime, "runtime", "", "OCI runtime")
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup holding every sandbox")
-	ceil.registerHost(f)
 	f.StringVar(&diskQuota, "disk-quota", "auto", "auto, project, image or off")
 	f.IntVar(&warmPool, "warm-pool", 0, "warm sandboxes per recent shape (0: the default; negative: none)")
 	f.StringVar(&blobSource, "blob-source", "", "blob source of lazy layers (dir:/path or http://host:port)")
