@@ -75,7 +75,9 @@ type Config struct {
 	// keeper keeps started (0: the default; negative: none; keeper.Config).
 	WarmPool int
 	IDMap    rootfs.IDMap
-	Defaults edge.Defaults
+	// UIDRanges is how many sandbox id ranges follow IDMap (keeper.Config).
+	UIDRanges int
+	Defaults  edge.Defaults
 	// MemoryOvercommit (default 4) and MemoryReserve (default 512 MiB) are
 	// the edge's admission settings.
 	MemoryOvercommit float64
@@ -202,7 +204,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	be, err := container.New(ctx, container.Config{
-		StateDir: cfg.StateDir, Runtime: cfg.Runtime, Self: cfg.Self, IDMap: cfg.IDMap,
+		StateDir: cfg.StateDir, Runtime: cfg.Runtime, Self: cfg.Self, IDMap: cfg.IDMap, UIDRanges: cfg.UIDRanges,
 		CgroupParent: cfg.CgroupParent, DiskQuota: cfg.DiskQuota, WarmPool: cfg.WarmPool,
 		BlobSource: cfg.BlobSource, ChunkCache: cfg.ChunkCache, ChunkCacheSize: cfg.ChunkCacheSize,
 		ChunkSize: cfg.ChunkSize,
