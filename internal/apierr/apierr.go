@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -60,21 +61,46 @@ func KindOf(c connect.Code) error {
 	return errdefs.ErrInternal
 }
 
-// ToConnect converts an error for the wire. Internal errors keep their
-// message for logs only: users see a generic text unless keepInternal.
-// Errors that already are connect errors pass through.
+// MaxMessageBytes bounds the message of an error on the wire. Messages
+// quote request values only in short prefixes (%.80q); this is the backstop
+// that keeps an error from ever echoing a request body whole.
+const MaxMessageBytes = 1024
+
+// Clip returns msg cut to at most MaxMessageBytes bytes, at a character
+// boundary, marked as cut.
+func Clip(msg string) string {
+	if len(msg) <= MaxMessageBytes {
+		return msg
+	}
+	const mark = " … (message cut)"
+	n := MaxMessageBytes - len(mark)
+	for n > 0 && !utf8.RuneStart(msg[n]) {
+		n--
+	}
+	return msg[:n] + mark
+}
+
+// ToConnect converts an error for the wire, its message clipped to
+// MaxMessageBytes. Errors that already are connect errors pass through.
 func ToConnect(err error) error {
 	if err == nil {
 		return nil
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
-		return ce
+		if len(ce.Message()) <= MaxMessageBytes {
+			return ce
+		}
+		clipped := connect.NewError(ce.Code(), errors.New(Clip(ce.Message())))
+		for _, d := range ce.Details() {
+			clipped.AddDetail(d)
+		}
+		return clipped
 	}
 	if errors.Is(err, context.Canceled) {
 		return connect.NewError(connect.CodeCanceled, err)
 	}
-	cerr := connect.NewError(Code(err), errors.New(err.Error()))
+	cerr := connect.NewError(Code(err), errors.New(Clip(err.Error())))
 	if d, ok := errdefs.RetryHint(err); ok {
 		if detail, derr := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
 			cerr.AddDetail(detail)

@@ -3,8 +3,10 @@ package apierr
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -46,5 +48,29 @@ func TestTableComplete(t *testing.T) {
 	}
 	if len(table) != len(errdefs.Kinds) {
 		t.Errorf("table has %d kinds, errdefs has %d", len(table), len(errdefs.Kinds))
+	}
+}
+
+// TestNoEcho checks that an error quoting a huge request value reaches the
+// wire short, whether it is a kind-wrapped error or already a connect one.
+func TestNoEcho(t *testing.T) {
+	huge := strings.Repeat("é", 10<<20)
+	for _, err := range []error{
+		errdefs.Newf(errdefs.ErrInvalidArgument, "invalid image reference %q", huge),
+		connect.NewError(connect.CodeInvalidArgument, errors.New(huge)),
+	} {
+		var ce *connect.Error
+		if !errors.As(ToConnect(err), &ce) {
+			t.Fatalf("ToConnect = %T, want *connect.Error", ToConnect(err))
+		}
+		if n := len(ce.Message()); n > MaxMessageBytes {
+			t.Errorf("ToConnect(%d-byte message) = %d bytes, want at most %d", len(err.Error()), n, MaxMessageBytes)
+		}
+		if !utf8.ValidString(ce.Message()) {
+			t.Errorf("clipped message is not valid UTF-8")
+		}
+		if ce.Code() != connect.CodeInvalidArgument {
+			t.Errorf("code = %v, want InvalidArgument", ce.Code())
+		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/metrics"
 	"github.com/dsecproject/dsec/internal/placement"
+	"github.com/dsecproject/dsec/internal/reqlimit"
 	"github.com/dsecproject/dsec/internal/watcher"
 )
 
@@ -53,6 +54,10 @@ type Config struct {
 	// chunk digests for LazyChunkSize-byte chunks (0: the default).
 	LazyLayers    bool
 	LazyChunkSize int64
+	// MaxRequestBytes bounds request bodies and stream messages
+	// (internal/reqlimit; 0: reqlimit.DefaultMaxBytes, dsec up
+	// --max-request-size).
+	MaxRequestBytes int64
 }
 
 // Server serves the public API.
@@ -88,7 +93,8 @@ func New(cfg Config) *Server {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	auth := authInterceptor{auth: s.cfg.Cluster, metrics: s.cfg.Metrics}
-	opts := connect.WithInterceptors(auth)
+	limits := reqlimit.New(s.cfg.MaxRequestBytes)
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(auth), limits.ConnectOption())
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxProxy{s: s}, opts))
 	mux.Handle(imagev1connect.NewImageServiceHandler(&imageAPI{s: s}, opts))
 	mux.Handle(adminv1connect.NewAdminServiceHandler(&adminAPI{s: s}, opts))
@@ -105,14 +111,14 @@ func (s *Server) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	return mux
+	return limits.Handler(mux)
 }
 
 // edgeFor returns the connection to the edge that owns a sandbox.
 func (s *Server) edgeFor(ctx context.Context, id string) (*edgeclient.Conn, error) {
 	node, ok := edge.NodeOfID(id)
 	if !ok {
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "%q is not a sandbox ID (list sandboxes with `dsec ps`)", id)
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "%.80q is not a sandbox ID (list sandboxes with `dsec ps`)", id)
 	}
 	n, err := s.node(ctx, node)
 	if err != nil {

@@ -3,9 +3,9 @@
 // what a node mounts layers from.
 //
 // Layout: <root>/sha256/<64 lowercase hex>, each blob a read-only file
-// (0444) named by the SHA-256 of its bytes. Blobs being written are
-// temporary files in the same directory whose names start with ".put-";
-// List never shows them.
+// named by the SHA-256 of its bytes. Blobs being written are temporary
+// files in the same directory whose names start with ".put-"; List never
+// shows them.
 //
 // Invariants:
 //   - A blob's file appears only complete and verified: Put writes a
@@ -16,6 +16,9 @@
 //   - A Put holds a lock (flock) on its temporary file; New removes the
 //     temporary files whose lock is free and that are older than a minute:
 //     those a crash left behind.
+//   - Only the store's owner (root, for dsec up) reads it: directories are
+//     0700 and blobs 0400, since layers hold other tenants' files. New
+//     takes group and other bits off what an older version made.
 package blobstore
 
 import (
@@ -61,21 +64,55 @@ func New(root string) (*Dir, error) {
 		return nil, fmt.Errorf("blob store %s: %w", root, err)
 	}
 	d := &Dir{dir: filepath.Join(abs, algoSHA256)}
-	if err := os.MkdirAll(d.dir, 0o755); err != nil {
+	if err := os.MkdirAll(d.dir, dirMode); err != nil {
 		return nil, fmt.Errorf("create blob store: %w", err)
+	}
+	for _, dir := range []string{abs, d.dir} {
+		if err := restrict(dir, dirMode); err != nil {
+			return nil, fmt.Errorf("blob store: %w", err)
+		}
 	}
 	entries, err := os.ReadDir(d.dir)
 	if err != nil {
 		return nil, fmt.Errorf("read blob store: %w", err)
 	}
 	for _, e := range entries {
+		p := filepath.Join(d.dir, e.Name())
 		if strings.HasPrefix(e.Name(), tempPrefix) {
-			if err := removeIfAbandoned(filepath.Join(d.dir, e.Name())); err != nil {
+			if err := removeIfAbandoned(p); err != nil {
 				return nil, fmt.Errorf("remove abandoned upload: %w", err)
+			}
+			continue
+		}
+		if e.Type().IsRegular() {
+			if err := restrict(p, blobMode); err != nil {
+				return nil, fmt.Errorf("blob store: %w", err)
 			}
 		}
 	}
 	return d, nil
+}
+
+// Modes of the store's directories and blobs: the owner's only.
+const (
+	dirMode  fs.FileMode = 0o700
+	blobMode fs.FileMode = 0o400
+)
+
+// restrict takes the group and other bits off the file at p, leaving it
+// mode at most; a file already without them is not touched.
+func restrict(p string, mode fs.FileMode) error {
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // deleted meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 || fi.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	return os.Chmod(p, fi.Mode().Perm()&mode)
 }
 
 // ParseDigest splits a digest into its algorithm and hex parts. It
@@ -236,7 +273,7 @@ func (d *Dir) Put(ctx context.Context, r io.Reader, want string) (Desc, error) {
 		return Desc{}, errdefs.Newf(errdefs.ErrInvalidArgument,
 			"blob content has digest %s, not the expected %s: the data was corrupted or the digest is wrong", desc.Digest, want)
 	}
-	if err := tmp.Chmod(0o444); err != nil {
+	if err := tmp.Chmod(blobMode); err != nil {
 		return Desc{}, fmt.Errorf("put blob: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {

@@ -97,8 +97,8 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi.Mode() != 0o444 {
-			t.Errorf("blob %s has mode %v, want -r--r--r--", desc.Digest, fi.Mode())
+		if fi.Mode() != 0o400 {
+			t.Errorf("blob %s has mode %v, want -r-------- (the owner's only)", desc.Digest, fi.Mode())
 		}
 	}
 
@@ -403,4 +403,44 @@ func FuzzParseDigest(f *testing.F) {
 			t.Errorf("ParseDigest(%q) accepted %q, not lowercase hex", s, h)
 		}
 	})
+}
+
+// TestModesFixed checks that New takes group and other access off a store
+// an older version left readable by everyone, and that new blobs and the
+// directories are the owner's only.
+func TestModesFixed(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "store")
+	blob := filepath.Join(root, "sha256", strings.Repeat("ab", 32))
+	if err := os.MkdirAll(filepath.Dir(blob), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blob, []byte("old layer"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(root)
+	if err != nil {
+		t.Fatalf("New = %v", err)
+	}
+	desc, err := d.Put(context.Background(), strings.NewReader("new layer"), "")
+	if err != nil {
+		t.Fatalf("Put = %v", err)
+	}
+	newBlob := filepath.Join(root, "sha256", desc.Digest[len("sha256:"):])
+	for p, want := range map[string]os.FileMode{
+		root:                          0o700 | os.ModeDir,
+		filepath.Join(root, "sha256"): 0o700 | os.ModeDir,
+		blob:                          0o400,
+		newBlob:                       0o400,
+	} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != want {
+			t.Errorf("%s has mode %v, want %v", p, fi.Mode(), want)
+		}
+	}
 }

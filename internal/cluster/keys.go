@@ -89,7 +89,7 @@ func validateKeySpec(spec KeySpec) error {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "key lifetime %s: give a positive duration of at most 100 years, or none for a key that never expires", spec.ExpiresIn)
 	}
 	if len(spec.Name) > 128 || strings.ContainsFunc(spec.Name, func(r rune) bool { return !unicode.IsPrint(r) }) {
-		return errdefs.Newf(errdefs.ErrInvalidArgument, "invalid key name %q: use at most 128 printable characters", spec.Name)
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "invalid key name %.80q: use at most 128 printable characters", spec.Name)
 	}
 	if !projectRE.MatchString(spec.Project) {
 		return errdefs.Newf(errdefs.ErrInvalidArgument,

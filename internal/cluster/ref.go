@@ -45,7 +45,7 @@ func ParseRef(s string) (Ref, error) {
 	}
 	if strings.Contains(s, "@") {
 		return Ref{}, errdefs.Newf(errdefs.ErrInvalidArgument,
-			"invalid image reference %q: references by digest are not supported; use NAME:TAG", s)
+			"invalid image reference %.80q: references by digest are not supported; use NAME:TAG", s)
 	}
 	r := Ref{Name: s, Tag: DefaultTag}
 	// A ':' followed by a '/' belongs to a registry host's port, not a tag.
@@ -53,7 +53,7 @@ func ParseRef(s string) (Ref, error) {
 		r.Name, r.Tag = s[:i], s[i+1:]
 	}
 	if err := r.validate(); err != nil {
-		return Ref{}, errdefs.Newf(errdefs.ErrInvalidArgument, "invalid image reference %q: %v", s, err)
+		return Ref{}, errdefs.Newf(errdefs.ErrInvalidArgument, "invalid image reference %.80q: %v", s, err)
 	}
 	return r, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/dsecproject/dsec/internal/apierr"
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/reqlimit"
 	"github.com/dsecproject/dsec/internal/streams"
 )
 
@@ -34,18 +35,19 @@ const (
 // for the control plane, which must present token.
 func (e *Edge) Handler(token string) http.Handler {
 	mux := http.NewServeMux()
-	opts := connect.WithInterceptors(errorInterceptor{})
+	limits := reqlimit.New(e.cfg.MaxRequestBytes)
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(errorInterceptor{}), limits.ConnectOption())
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxAPI{e: e}, opts))
 	mux.Handle(nodev1connect.NewNodeServiceHandler(&nodeAPI{e: e}, opts))
 	mux.Handle(imagev1connect.NewLayerUseServiceHandler(&layerUseAPI{e: e}, opts))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return limits.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get(HeaderNodeToken)
 		if token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			http.Error(w, "dsec edge: only the control plane may call this node", http.StatusUnauthorized)
 			return
 		}
 		mux.ServeHTTP(w, r)
-	})
+	}))
 }
 
 // errorInterceptor turns kind-wrapped errors into API codes, in one place.

@@ -100,8 +100,16 @@ type Config struct {
 	CPUs    int
 	Version string
 	Logger  *slog.Logger
-	// Metrics, when set, receives latencies and the node's sandboxes.
+	// Metrics, when set, receives latencies and the node's sandboxes:
+	// aggregates by project, backend and state.
 	Metrics *metrics.Metrics
+	// MetricsPerSandbox also exports series per sandbox ID (CPU, memory and
+	// their limits). Off by default: /metrics needs no key on loopback, and
+	// sandbox IDs are not for every local user to list.
+	MetricsPerSandbox bool
+	// MaxRequestBytes bounds request bodies and stream messages of the
+	// edge's API (internal/reqlimit; 0: reqlimit.DefaultMaxBytes).
+	MaxRequestBytes int64
 	// StateSync is how often node state changes are flushed to disk as a
 	// group (default 100 ms); negative flushes every change.
 	StateSync time.Duration
@@ -504,7 +512,7 @@ func (e *Edge) backend(name string) (sandbox.Backend, error) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "backend %q is not available on node %s (available: %s)", name, e.cfg.Node, strings.Join(names, ", "))
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "backend %.80q is not available on node %s (available: %s)", name, e.cfg.Node, strings.Join(names, ", "))
 	}
 	return b, nil
 }

@@ -43,10 +43,10 @@ func ValidateLabels(labels map[string]string) error {
 	}
 	for k, v := range labels {
 		if !labelKeyRe.MatchString(k) {
-			return errdefs.Newf(errdefs.ErrInvalidArgument, "label key %q: use [prefix/]name with letters, digits, -, _ and . (at most 63)", k)
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "label key %.80q: use [prefix/]name with letters, digits, -, _ and . (at most 63)", k)
 		}
 		if !labelValueRe.MatchString(v) {
-			return errdefs.Newf(errdefs.ErrInvalidArgument, "label %s=%q: values use letters, digits, -, _ and . (at most 63)", k, v)
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "label %.80q=%.80q: values use letters, digits, -, _ and . (at most 63)", k, v)
 		}
 	}
 	return nil
@@ -55,10 +55,10 @@ func ValidateLabels(labels map[string]string) error {
 func validateEnv(env map[string]string) error {
 	for k, v := range env {
 		if !envKeyRe.MatchString(k) {
-			return errdefs.Newf(errdefs.ErrInvalidArgument, "environment variable name %q: use letters, digits and _, not starting with a digit", k)
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "environment variable name %.80q: use letters, digits and _, not starting with a digit", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
-			return errdefs.Newf(errdefs.ErrInvalidArgument, "environment variable %s holds a NUL byte", k)
+			return errdefs.Newf(errdefs.ErrInvalidArgument, "environment variable %.80q holds a NUL byte", k)
 		}
 	}
 	return nil

@@ -7,21 +7,37 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// collector reports the node's sandboxes to Prometheus at scrape time:
-// how many are in each state, and per running sandbox its CPU time, CPU
-// cap, memory and memory limit (CPU used against CPU requested).
+// collector reports the node's sandboxes to Prometheus at scrape time.
+//
+// /metrics needs no key on loopback, so by default it shows aggregates only,
+// by project, backend and state: how many sandboxes there are, and what the
+// running ones use against what they asked for. Series labelled with sandbox
+// IDs, which would tell any local user every tenant's sandboxes, are there
+// only with Config.MetricsPerSandbox (dsec up --metrics-per-sandbox).
 type collector struct{ e *Edge }
 
 var (
-	descSandboxes = prometheus.NewDesc("dsec_sandboxes", "Sandboxes on this node by state and backend.", []string{"state", "backend"}, nil)
-	descCPU       = prometheus.NewDesc("dsec_sandbox_cpu_seconds_total", "CPU time a sandbox used.", []string{"sandbox"}, nil)
-	descCPULimit  = prometheus.NewDesc("dsec_sandbox_cpus_limit", "CPU cap of a sandbox, in cores.", []string{"sandbox"}, nil)
-	descMem       = prometheus.NewDesc("dsec_sandbox_memory_bytes", "Memory a sandbox uses.", []string{"sandbox"}, nil)
-	descMemLimit  = prometheus.NewDesc("dsec_sandbox_memory_limit_bytes", "Memory limit of a sandbox.", []string{"sandbox"}, nil)
+	descSandboxes = prometheus.NewDesc("dsec_sandboxes", "Sandboxes on this node by state, backend and project.", []string{"state", "backend", "project"}, nil)
+
+	// Aggregates of the running sandboxes, by project and backend.
+	descAggCPU      = prometheus.NewDesc("dsec_sandboxes_cpu_seconds", "CPU time the running sandboxes have used, by project and backend.", []string{"project", "backend"}, nil)
+	descAggCPULimit = prometheus.NewDesc("dsec_sandboxes_cpus_limit", "CPU caps of the running sandboxes added up, in cores, by project and backend.", []string{"project", "backend"}, nil)
+	descAggMem      = prometheus.NewDesc("dsec_sandboxes_memory_bytes", "Memory the running sandboxes use, by project and backend.", []string{"project", "backend"}, nil)
+	descAggMemLimit = prometheus.NewDesc("dsec_sandboxes_memory_limit_bytes", "Memory limits of the running sandboxes added up, by project and backend.", []string{"project", "backend"}, nil)
+
+	// Per sandbox, only with MetricsPerSandbox.
+	descCPU      = prometheus.NewDesc("dsec_sandbox_cpu_seconds_total", "CPU time a sandbox used (dsec up --metrics-per-sandbox).", []string{"sandbox", "project"}, nil)
+	descCPULimit = prometheus.NewDesc("dsec_sandbox_cpus_limit", "CPU cap of a sandbox, in cores (dsec up --metrics-per-sandbox).", []string{"sandbox", "project"}, nil)
+	descMem      = prometheus.NewDesc("dsec_sandbox_memory_bytes", "Memory a sandbox uses (dsec up --metrics-per-sandbox).", []string{"sandbox", "project"}, nil)
+	descMemLimit = prometheus.NewDesc("dsec_sandbox_memory_limit_bytes", "Memory limit of a sandbox (dsec up --metrics-per-sandbox).", []string{"sandbox", "project"}, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSandboxes, descCPU, descCPULimit, descMem, descMemLimit} {
+	ds := []*prometheus.Desc{descSandboxes, descAggCPU, descAggCPULimit, descAggMem, descAggMemLimit}
+	if c.e.cfg.MetricsPerSandbox {
+		ds = append(ds, descCPU, descCPULimit, descMem, descMemLimit)
+	}
+	for _, d := range ds {
 		ch <- d
 	}
 }
@@ -31,15 +47,18 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	type key struct{ state, backend string }
-	counts := map[key]int{}
+	type stateKey struct{ state, backend, project string }
+	type useKey struct{ project, backend string }
+	type use struct{ cpu, cpus, mem, memLimit float64 }
+	counts := map[stateKey]int{}
 	for _, s := range []string{StateCreating, StateRunning, StateExited, StateFailed, StateDeleting} {
-		counts[key{s, c.e.cfg.DefaultBackend}] = 0
+		counts[stateKey{s, c.e.cfg.DefaultBackend, "default"}] = 0
 	}
+	uses := map[useKey]*use{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, r := range recs {
-		counts[key{r.State, r.Backend}]++
+		counts[stateKey{r.State, r.Backend, r.Project}]++
 		if r.State != StateRunning {
 			continue
 		}
@@ -51,12 +70,30 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(descCPU, prometheus.CounterValue, st.CPUUsage.Seconds(), r.ID)
-		ch <- prometheus.MustNewConstMetric(descCPULimit, prometheus.GaugeValue, r.Resources.CPUs, r.ID)
-		ch <- prometheus.MustNewConstMetric(descMem, prometheus.GaugeValue, float64(st.MemoryBytes), r.ID)
-		ch <- prometheus.MustNewConstMetric(descMemLimit, prometheus.GaugeValue, float64(r.Resources.MemoryBytes), r.ID)
+		k := useKey{r.Project, r.Backend}
+		u := uses[k]
+		if u == nil {
+			u = &use{}
+			uses[k] = u
+		}
+		u.cpu += st.CPUUsage.Seconds()
+		u.cpus += r.Resources.CPUs
+		u.mem += float64(st.MemoryBytes)
+		u.memLimit += float64(r.Resources.MemoryBytes)
+		if c.e.cfg.MetricsPerSandbox {
+			ch <- prometheus.MustNewConstMetric(descCPU, prometheus.CounterValue, st.CPUUsage.Seconds(), r.ID, r.Project)
+			ch <- prometheus.MustNewConstMetric(descCPULimit, prometheus.GaugeValue, r.Resources.CPUs, r.ID, r.Project)
+			ch <- prometheus.MustNewConstMetric(descMem, prometheus.GaugeValue, float64(st.MemoryBytes), r.ID, r.Project)
+			ch <- prometheus.MustNewConstMetric(descMemLimit, prometheus.GaugeValue, float64(r.Resources.MemoryBytes), r.ID, r.Project)
+		}
+	}
+	for k, u := range uses {
+		ch <- prometheus.MustNewConstMetric(descAggCPU, prometheus.GaugeValue, u.cpu, k.project, k.backend)
+		ch <- prometheus.MustNewConstMetric(descAggCPULimit, prometheus.GaugeValue, u.cpus, k.project, k.backend)
+		ch <- prometheus.MustNewConstMetric(descAggMem, prometheus.GaugeValue, u.mem, k.project, k.backend)
+		ch <- prometheus.MustNewConstMetric(descAggMemLimit, prometheus.GaugeValue, u.memLimit, k.project, k.backend)
 	}
 	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(n), k.state, k.backend)
+		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(n), k.state, k.backend, k.project)
 	}
 }

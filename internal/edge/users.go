@@ -27,11 +27,11 @@ type userSpec struct {
 
 func parseUserSpec(s string) (userSpec, error) {
 	if len(s) > 256 || strings.ContainsAny(s, "\x00\n") {
-		return userSpec{}, errdefs.Newf(errdefs.ErrInvalidArgument, "user %q: want NAME, UID, UID:GID or NAME:GROUP", s)
+		return userSpec{}, errdefs.Newf(errdefs.ErrInvalidArgument, "user %.80q: want NAME, UID, UID:GID or NAME:GROUP", s)
 	}
 	u, g, _ := strings.Cut(s, ":")
 	if strings.Contains(g, ":") {
-		return userSpec{}, errdefs.Newf(errdefs.ErrInvalidArgument, "user %q: want NAME, UID, UID:GID or NAME:GROUP", s)
+		return userSpec{}, errdefs.Newf(errdefs.ErrInvalidArgument, "user %.80q: want NAME, UID, UID:GID or NAME:GROUP", s)
 	}
 	return userSpec{user: u, group: g}, nil
 }
@@ -72,7 +72,7 @@ func resolveUser(ctx context.Context, s string, read fileReader) (identity, erro
 	}
 	switch {
 	case !found && !numeric:
-		return identity{}, errdefs.Newf(errdefs.ErrInvalidArgument, "user %q does not exist in the sandbox (no entry in /etc/passwd): use a numeric UID or create the user", spec.user)
+		return identity{}, errdefs.Newf(errdefs.ErrInvalidArgument, "user %.80q does not exist in the sandbox (no entry in /etc/passwd): use a numeric UID or create the user", spec.user)
 	case !found:
 		id.UID, id.GID = uid, uid
 		if uid == 0 {
@@ -89,7 +89,7 @@ func resolveUser(ctx context.Context, s string, read fileReader) (identity, erro
 			}
 			g, ok := lookupGroup(parseGroups(b), spec.group)
 			if !ok {
-				return identity{}, errdefs.Newf(errdefs.ErrInvalidArgument, "group %q does not exist in the sandbox (no entry in /etc/group)", spec.group)
+				return identity{}, errdefs.Newf(errdefs.ErrInvalidArgument, "group %.80q does not exist in the sandbox (no entry in /etc/group)", spec.group)
 			}
 			id.GID = g
 		}

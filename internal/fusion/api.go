@@ -190,15 +190,15 @@ func CleanPath(p string) (string, error) {
 	case len(p) > MaxPathLength:
 		return "", fmt.Errorf("file path longer than %d bytes", MaxPathLength)
 	case strings.IndexByte(p, 0) >= 0:
-		return "", fmt.Errorf("file path %q contains a NUL byte", p)
+		return "", fmt.Errorf("file path %.80q contains a NUL byte", p)
 	case !utf8.ValidString(p):
-		return "", fmt.Errorf("file path %q is not valid UTF-8", p)
+		return "", fmt.Errorf("file path %.80q is not valid UTF-8", p)
 	case strings.HasPrefix(p, "/"):
-		return "", fmt.Errorf("file path %q is absolute: give paths relative to the working directory", p)
+		return "", fmt.Errorf("file path %.80q is absolute: give paths relative to the working directory", p)
 	}
 	c := path.Clean(p)
 	if c == "." || c == ".." || strings.HasPrefix(c, "../") {
-		return "", fmt.Errorf("file path %q is outside the working directory", p)
+		return "", fmt.Errorf("file path %.80q is outside the working directory", p)
 	}
 	return c, nil
 }
@@ -225,19 +225,19 @@ func InputFiles(files map[string]*string) ([]File, error) {
 			return nil, err
 		}
 		if seen[p] {
-			return nil, fmt.Errorf("files %q: another entry names the same path", name)
+			return nil, fmt.Errorf("files %.80q: another entry names the same path", name)
 		}
 		seen[p] = true
 		data, err := base64.StdEncoding.DecodeString(*content)
 		if err != nil {
-			return nil, fmt.Errorf("files %q: the content is not base64: %v", name, err)
+			return nil, fmt.Errorf("files %.80q: the content is not base64: %v", name, err)
 		}
 		out = append(out, File{Path: p, Data: data})
 	}
 	for _, f := range out {
 		for d := path.Dir(f.Path); d != "."; d = path.Dir(d) {
 			if seen[d] {
-				return nil, fmt.Errorf("files %q: %q is both a file and a directory", f.Path, d)
+				return nil, fmt.Errorf("files %.80q: %.80q is both a file and a directory", f.Path, d)
 			}
 		}
 	}

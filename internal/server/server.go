@@ -96,6 +96,12 @@ type Config struct {
 	Ready func(addr string)
 	// SandboxFusion configures the SandboxFusion-compatible API.
 	SandboxFusion FusionConfig
+	// MaxRequestBytes bounds the request bodies and stream messages of
+	// every API this process serves (0: 64 MiB; internal/reqlimit).
+	MaxRequestBytes int64
+	// MetricsPerSandbox adds series per sandbox ID to /metrics, which
+	// otherwise shows aggregates by project, backend and state only.
+	MetricsPerSandbox bool
 }
 
 // FusionConfig configures the SandboxFusion-compatible run_code API.
@@ -238,6 +244,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		DefaultBackend: container.Name,
 		Images:         &Images{Cluster: store, Blobs: blobs, LazyLayers: cfg.LazyLayers, LazyMount: cfg.BlobSource != "", ChunkSize: cfg.ChunkSize},
 		Defaults:       cfg.Defaults, MemoryOvercommit: cfg.MemoryOvercommit, MemoryReserve: cfg.MemoryReserve,
+		MetricsPerSandbox: cfg.MetricsPerSandbox, MaxRequestBytes: cfg.MaxRequestBytes,
 		MemoryBytes: sandboxMem, DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
 		Version: cfg.Version, Logger: log,
 	})
@@ -285,7 +292,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	api := apiserver.New(apiserver.Config{
 		Cluster: store, Blobs: blobs, Watcher: w, Pool: pool,
 		Placer: placement.New(placement.Config{}), DefaultBackend: container.Name,
-		Ready: ready.Load, Logger: log, Metrics: mets, LazyLayers: cfg.LazyLayers, LazyChunkSize: cfg.ChunkSize,
+		Ready: ready.Load, Logger: log, Metrics: mets, LazyLayers: cfg.LazyLayers, LazyChunkSize: cfg.ChunkSize, MaxRequestBytes: cfg.MaxRequestBytes,
 	})
 	srv := &http.Server{Handler: api.Handler(), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
 	srvDone := make(chan error, 1)

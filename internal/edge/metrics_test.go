@@ -1,0 +1,99 @@
+package edge
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dsecproject/dsec/internal/edge/sandbox"
+)
+
+// statsBackend is a backend that only reports stats; the collector calls
+// nothing else.
+type statsBackend struct{ sandbox.Backend }
+
+func (statsBackend) Stats(context.Context, string) (sandbox.Stats, error) {
+	return sandbox.Stats{CPUUsage: 2 * time.Second, MemoryBytes: 100 << 20}, nil
+}
+
+// scrape returns what /metrics shows of an edge holding two running
+// sandboxes of project "alpha" and one exited one of "beta".
+func scrape(t *testing.T, perSandbox bool) string {
+	t.Helper()
+	st, err := openStore(filepath.Join(t.TempDir(), "edge.db"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.close() })
+	for _, r := range []*Record{
+		{ID: "n-aaaaaaaaaaa1", Project: "alpha", Backend: "container", State: StateRunning, Resources: sandbox.Resources{CPUs: 1, MemoryBytes: 512 << 20}},
+		{ID: "n-aaaaaaaaaaa2", Project: "alpha", Backend: "container", State: StateRunning, Resources: sandbox.Resources{CPUs: 2, MemoryBytes: 1 << 30}},
+		{ID: "n-bbbbbbbbbbb1", Project: "beta", Backend: "container", State: StateExited},
+	} {
+		if err := st.insert(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &Edge{store: st, cfg: Config{
+		DefaultBackend: "container", MetricsPerSandbox: perSandbox,
+		Backends: map[string]sandbox.Backend{"container": statsBackend{}},
+	}}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(collector{e}); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather = %v", err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			b.WriteString(mf.GetName())
+			for _, l := range m.GetLabel() {
+				b.WriteString(" " + l.GetName() + "=" + l.GetValue())
+			}
+			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			b.WriteString(" " + strconv.FormatFloat(v, 'f', -1, 64) + "\n")
+		}
+	}
+	return b.String()
+}
+
+func TestMetricsAggregatesOnly(t *testing.T) {
+	out := scrape(t, false)
+	for _, id := range []string{"n-aaaaaaaaaaa1", "n-aaaaaaaaaaa2", "n-bbbbbbbbbbb1"} {
+		if strings.Contains(out, id) {
+			t.Errorf("/metrics without --metrics-per-sandbox names sandbox %s:\n%s", id, out)
+		}
+	}
+	for _, want := range []string{
+		"dsec_sandboxes backend=container project=alpha state=running 2\n",
+		"dsec_sandboxes backend=container project=beta state=exited 1\n",
+		"dsec_sandboxes_memory_limit_bytes backend=container project=alpha 1610612736\n",
+		"dsec_sandboxes_cpus_limit backend=container project=alpha 3\n",
+		"dsec_sandboxes_cpu_seconds backend=container project=alpha 4\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestMetricsPerSandbox(t *testing.T) {
+	out := scrape(t, true)
+	for _, want := range []string{
+		"dsec_sandbox_memory_bytes project=alpha sandbox=n-aaaaaaaaaaa1",
+		"dsec_sandbox_cpu_seconds_total project=alpha sandbox=n-aaaaaaaaaaa2",
+		"dsec_sandboxes_memory_bytes backend=container project=alpha",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("/metrics with --metrics-per-sandbox lacks %q:\n%s", want, out)
+		}
+	}
+}
