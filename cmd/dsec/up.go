@@ -41,8 +41,7 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		blobSource, chunkCache          string
 		chunkCacheSize                  string
 		chunkSize                       string
-		maxRequestSize                  string
-		metricsPerSandbox               bool
+		ceil                            ceilingFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -107,13 +106,19 @@ first (see docs/sandboxfusion.md):
 			if fusionPool == 0 {
 				fusionPool = -1 // none; zero is the package default
 			}
-			maxReq, err := dsec.ParseSize(maxRequestSize)
-			if err != nil || maxReq < 64<<10 {
-				return usageErrorf("--max-request-size %q: want a size of at least 64K, such as 64M", maxRequestSize)
+			pidsRes, memRes, err := ceil.parseHost()
+			if err != nil {
+				return err
+			}
+			diskRes, err := ceil.parseDisk()
+			if err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return server.Run(ctx, server.Config{
+				HostPidsReserve: pidsRes, HostMemoryReserve: memRes,
+				DiskReserve: diskRes, DiskOvercommit: ceil.diskOvercommit,
 				SandboxFusion: server.FusionConfig{
 					Listen: fusionListen, KeyFile: fusionKeyFile, Images: images,
 					PoolSize: fusionPool, Memory: fmem,
@@ -124,7 +129,6 @@ first (see docs/sandboxfusion.md):
 				IDMap: rootfs.IDMap{HostID: uidBase, Size: uidCount}, UIDRanges: uidRanges,
 				Defaults:         edge.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
-				MaxRequestBytes: maxReq, MetricsPerSandbox: metricsPerSandbox,
 				Version: buildVersion(), Logger: log,
 			})
 		},
@@ -139,6 +143,8 @@ first (see docs/sandboxfusion.md):
 	f.IntVar(&uidRanges, "uid-ranges", 0, "how many sandboxes' id ranges follow --uid-base, which bounds the sandboxes held at once (0: 16384, or as many as fit below 2^32)")
 	f.Float64Var(&overcommit, "memory-overcommit", 4, "memory limits may add up to this many times the node's memory")
 	f.StringVar(&reserve, "memory-reserve", "512M", "refuse new sandboxes while less memory than this is available")
+	ceil.registerHost(f)
+	ceil.registerDisk(f)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error (the node keeper takes DSEC_LOG_LEVEL)")
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup (under each hierarchy's root) that holds every sandbox's cgroup")
 	f.StringVar(&fusionListen, "sandboxfusion-listen", server.DefaultFusionListen, "address of the SandboxFusion-compatible run_code API (host:port); empty turns it off")
@@ -152,8 +158,6 @@ first (see docs/sandboxfusion.md):
 	f.StringVar(&blobSource, "blob-source", "", "where this node reads lazy layers from: dir:/path (a blob store directory) or http://host:port (dsec blobserver); empty mounts every layer from a local image")
 	f.StringVar(&chunkCache, "chunk-cache", "", "directory of the node's chunk cache for lazy layers (default <state-dir>/chunks)")
 	f.StringVar(&chunkCacheSize, "chunk-cache-size", "0", "cap of the chunk cache, e.g. 20G (0: no cap)")
-	f.StringVar(&maxRequestSize, "max-request-size", "64M", "largest request body of an API call, and largest message of a stream, on every listener (calls that carry no data, such as create, take at most 1M of it); file, tar and layer uploads stream under their own total limits")
-	f.BoolVar(&metricsPerSandbox, "metrics-per-sandbox", false, "also export series per sandbox ID (CPU, memory and their limits) at /metrics; without it /metrics, which needs no key on loopback, shows only aggregates by project, backend and state")
 	f.StringVar(&chunkSize, "chunk-size", "1M", "size of the chunks lazy layers are fetched, verified and cached in: the chunk digests of layers stored with --lazy-layers, and this node's chunk cache (a power of two, 4K-64M; a node refuses layers stored with another size)")
 	return cmd
 }
@@ -236,6 +240,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 		blobSource, chunkCache           string
 		chunkCacheSize                   int64
 		chunkSize                        int64
+		ceil                             ceilingFlags
 	)
 	cmd := &cobra.Command{
 		Use:    "keeper",
@@ -251,9 +256,14 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 			if err := servePprof("DSEC_KEEPER_PPROF", log); err != nil {
 				return err
 			}
+			pidsRes, memRes, err := ceil.parseHost()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			err := keeper.Run(ctx, keeper.Config{
+			err = keeper.Run(ctx, keeper.Config{
+				HostPidsReserve: pidsRes, HostMemoryReserve: memRes,
 				StateDir: g.resolvedStateDir(), Runtime: runtime, CgroupParent: cgroupParent, DiskQuota: diskQuota,
 				WarmPool:   warmPool,
 				BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: chunkCacheSize, ChunkSize: chunkSize,
@@ -269,6 +279,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&runtime, "runtime", "", "OCI runtime")
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup holding every sandbox")
+	ceil.registerHost(f)
 	f.StringVar(&diskQuota, "disk-quota", "auto", "auto, project, image or off")
 	f.IntVar(&warmPool, "warm-pool", 0, "warm sandboxes per recent shape (0: the default; negative: none)")
 	f.StringVar(&blobSource, "blob-source", "", "blob source of lazy layers (dir:/path or http://host:port)")
