@@ -19,7 +19,7 @@ if ! dsec image ls -q | grep -qx 'busybox:latest'; then
 	root=$(mktemp -d)
 	trap 'rm -rf "$root"' EXIT
 	scripts/busybox-rootfs.sh "$root"
-	dsec image build busybox --from-dir "$root"
+	dsec image build busybox --from-dir "$root" --public
 fi
 echo '$ dsec run busybox -- sh -c '\''echo "hello from $(hostname)"; uname -a'\'''
 dsec run busybox -- sh -c 'echo "hello from $(hostname)"; uname -a'

@@ -7,6 +7,10 @@
 #   sandboxfusion/go      golang-go, with a build cache warmed for the
 #                         standard library's common packages
 # Usage: scripts/sandboxfusion-images.sh [python] [bash] [go]   (default: all)
+# The images are public (every project's sandboxes, and the SandboxFusion
+# pool's, run them). An image that exists already is kept; REBUILD=1 builds
+# it again and replaces it (--force: a Debian build is never byte for byte
+# the same), which only the project that built it, or an admin key, may.
 # $DSEC (default: dsec on PATH, else bin/dsec) is the dsec binary. Needs
 # mmdebstrap (apt-get install mmdebstrap) and root, or unprivileged user
 # namespaces with a range in /etc/subuid.
@@ -16,6 +20,8 @@ DSEC=${DSEC:-$(command -v dsec || echo bin/dsec)}
 [ -x "$DSEC" ] || { echo "error: no dsec binary (make build, or set DSEC)" >&2; exit 1; }
 command -v mmdebstrap >/dev/null || { echo "error: mmdebstrap is not installed: apt-get install mmdebstrap" >&2; exit 1; }
 langs=${*:-python bash go}
+force=
+[ "${REBUILD:-}" != 1 ] || force=--force
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
@@ -57,9 +63,9 @@ cd / && rm -rf /tmp/warm'
 
 build() {
 	case $1 in
-	python) "$DSEC" image build sandboxfusion/python --debian python3 --env PYTHONDONTWRITEBYTECODE=1 ;;
-	bash) "$DSEC" image build sandboxfusion/bash --debian bash,coreutils,grep,sed,gawk,bc ;;
-	go) "$DSEC" image build sandboxfusion/go --debian golang-go \
+	python) "$DSEC" image build sandboxfusion/python --public $force --debian python3 --env PYTHONDONTWRITEBYTECODE=1 ;;
+	bash) "$DSEC" image build sandboxfusion/bash --public $force --debian bash,coreutils,grep,sed,gawk,bc ;;
+	go) "$DSEC" image build sandboxfusion/go --public $force --debian golang-go \
 		--env CGO_ENABLED=0 --env GOCACHE=/var/cache/go-build --env GOFLAGS=-buildvcs=false \
 		--env GOPATH=/root/go --run "$GO_WARM" ;;
 	*) echo "unknown language $1: python, bash or go" >&2; return 2 ;;
@@ -67,7 +73,12 @@ build() {
 }
 
 start=$(date +%s)
+existing=$("$DSEC" image ls -q)
 for l in $langs; do
+	if [ -z "$force" ] && printf '%s\n' "$existing" | grep -qx "sandboxfusion/$l:latest"; then
+		echo "sandboxfusion/$l exists: kept (REBUILD=1 builds it again)"
+		continue
+	fi
 	( s=$(date +%s); if build "$l" >"$logs/$l.log" 2>&1; then
 		echo "built sandboxfusion/$l in $(( $(date +%s) - s ))s"; else
 		echo "FAILED: sandboxfusion/$l:"; cat "$logs/$l.log"; touch "$logs/failed"; fi ) &

@@ -25,10 +25,18 @@ func newImageCmd(g *globalFlags) *cobra.Command {
 		Use:   "image",
 		Short: "Build and list images",
 		Long: `Images are ordered lists of read-only EROFS layers, named NAME[:TAG] (tag
-latest by default).`,
+latest by default).
+
+An image belongs to the project of the key that made it: only that project
+(or an admin key) removes it, writes onto its name or changes its visibility.
+A private image (the default) runs only for its project; one built, imported
+or packed with --public, or made public with ` + "`dsec image public`" + `, runs for
+every project. Writing other layers or config onto an existing NAME:TAG needs
+--force; writing the same ones again changes nothing, so scripts can re-run.`,
 	}
 	cmd.AddCommand(newImageBuildCmd(g), newImageLsCmd(g), newImageImportCmd(g))
 	cmd.AddCommand(newImageManageCmds(g)...)
+	cmd.AddCommand(newImageVisibilityCmd(g, true), newImageVisibilityCmd(g, false))
 	return cmd
 }
 
@@ -38,6 +46,7 @@ func newImageBuildCmd(g *globalFlags) *cobra.Command {
 		debPkgs, suite, variant         string
 		env, runs                       []string
 		keepDocs                        bool
+		write                           imageWriteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "build NAME[:TAG] (--from-dir DIR | --from-tar FILE | --debian PKG[,PKG…])",
@@ -53,7 +62,7 @@ sources (/etc/apt/sources.list and sources.list.d): no mirror is named, so the
 build reaches what this machine's apt reaches. It runs as root, or unprivileged
 with mmdebstrap's unshare mode (which needs a range in /etc/subuid). --run
 commands then run inside the new root, for example to warm a compiler's cache.`,
-		Example: `  dsec image build busybox --from-dir ./rootfs
+		Example: `  dsec image build busybox --from-dir ./rootfs --public
   dsec image build py:3.11 --from-tar rootfs.tar.gz --env PYTHONUNBUFFERED=1 --workdir /work
   dsec image build sandboxfusion/python --debian python3
   dsec image build sandboxfusion/bash --debian bash,coreutils,grep,sed,gawk,bc
@@ -61,6 +70,9 @@ commands then run inside the new root, for example to warm a compiler's cache.`,
       --env GOCACHE=/var/cache/go-build --run 'go build std'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := write.check(); err != nil {
+				return err
+			}
 			n := 0
 			for _, s := range []string{fromDir, fromTar, debPkgs} {
 				if s != "" {
@@ -139,7 +151,7 @@ commands then run inside the new root, for example to warm a compiler's cache.`,
 			if _, err := c.UploadLayer(ctx, tmp, info.Digest, info.Size); err != nil {
 				return err
 			}
-			img, err := c.CreateImage(ctx, args[0], []string{info.Digest}, dsec.ImageConfig{Env: env, Workdir: workdir, User: user})
+			img, err := c.CreateImage(ctx, args[0], []string{info.Digest}, dsec.ImageConfig{Env: env, Workdir: workdir, User: user}, write.options()...)
 			if err != nil {
 				return err
 			}
@@ -158,6 +170,7 @@ commands then run inside the new root, for example to warm a compiler's cache.`,
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE of the image (repeatable)")
 	f.StringVar(&workdir, "workdir", "", "default working directory of execs")
 	f.StringVar(&user, "user", "", "default user of execs")
+	write.register(f)
 	return cmd
 }
 
@@ -245,9 +258,10 @@ func newImageLsCmd(g *globalFlags) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tLAYERS\tSIZE\tCREATED")
+			fmt.Fprintln(tw, "NAME\tLAYERS\tSIZE\tCREATED\tPROJECT\tVISIBILITY")
 			for _, img := range imgs {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s ago\n", img.Name, len(img.Layers), dsec.FormatSize(img.Size), human(time.Since(img.CreatedAt)))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s ago\t%s\t%s\n", img.Name, len(img.Layers), dsec.FormatSize(img.Size),
+					human(time.Since(img.CreatedAt)), img.Project, visibility(img.Public))
 			}
 			return tw.Flush()
 		},
@@ -264,22 +278,26 @@ func newKeyCmd(g *globalFlags) *cobra.Command {
 	var (
 		name, project string
 		admin         bool
+		expires       time.Duration
 	)
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create an API key and print it",
 		Long: `Create an API key (admin keys only) and print its secret once. Give it to a
 user, who puts it in DSEC_API_KEY or ~/.config/dsec/config.toml (api_key = "...").
-A key sees only the sandboxes of its project.`,
-		Example: `  dsec key create --name alice --project rl-team`,
-		Args:    cobra.NoArgs,
+A key sees only the sandboxes of its project. With --expires it stops working
+after that long (refused with a message saying it expired); ` + "`dsec key revoke`" + `
+ends it at once.`,
+		Example: `  dsec key create --name alice --project rl-team
+  dsec key create --name ci --project rl-team --expires 30d`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			secret, _, err := c.CreateKey(cmd.Context(), dsec.KeyOptions{Name: name, Project: project, Admin: admin})
+			secret, _, err := c.CreateKey(cmd.Context(), dsec.KeyOptions{Name: name, Project: project, Admin: admin, ExpiresIn: expires})
 			if err != nil {
 				return err
 			}
@@ -291,6 +309,7 @@ A key sees only the sandboxes of its project.`,
 	f.StringVar(&name, "name", "", "a name to recognise the key by")
 	f.StringVar(&project, "project", "default", "project whose sandboxes the key sees")
 	f.BoolVar(&admin, "admin", false, "make an admin key (sees every project, may create keys)")
-	cmd.AddCommand(create)
+	f.Var(dayDuration{&expires}, "expires", "the key stops working this long from now (e.g. 30d, 12h; default: never)")
+	cmd.AddCommand(create, newKeyLsCmd(g), newKeyRevokeCmd(g))
 	return cmd
 }

@@ -20,6 +20,7 @@ func newImageImportCmd(g *globalFlags) *cobra.Command {
 	var (
 		platform, username, tmpDir string
 		passwordStdin, insecure    bool
+		write                      imageWriteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "import SOURCE NAME[:TAG]",
@@ -52,6 +53,9 @@ helpers), or from --username with the password on standard input.`,
       --insecure docker://10.0.0.5:5000/base/py310:3 base/py310:3`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := write.check(); err != nil {
+				return err
+			}
 			src, err := ociimport.ParseSource(args[0])
 			if err != nil {
 				return usageErrorf("%v", err)
@@ -83,7 +87,7 @@ helpers), or from --username with the password on standard input.`,
 			p := newImportProgress(errw)
 			opts.Progress = p.event
 			start := time.Now()
-			res, err := ociimport.Import(cmd.Context(), src, ref.String(), &apiStore{c: c}, opts)
+			res, err := ociimport.Import(cmd.Context(), src, ref.String(), &apiStore{c: c, opts: write.options()}, opts)
 			p.finish()
 			if err != nil {
 				return err
@@ -108,13 +112,15 @@ helpers), or from --username with the password on standard input.`,
 	f.BoolVar(&passwordStdin, "password-stdin", false, "read the registry password or token from standard input")
 	f.BoolVar(&insecure, "insecure", false, "allow plain HTTP and unverified TLS to the registry")
 	f.StringVar(&tmpDir, "tmp-dir", "", "directory for the converted layers until they are uploaded (default $TMPDIR)")
+	write.register(f)
 	return cmd
 }
 
 // apiStore is ociimport's store on the dsec API.
 type apiStore struct {
 	c     *dsec.Client
-	known map[string]bool // digests of layers that images reference
+	opts  []dsec.ImageOption // how the image is written (--public, --force)
+	known map[string]bool    // digests of layers that images reference
 }
 
 // HasLayer reports whether an image references the layer: such a layer
@@ -144,7 +150,7 @@ func (s *apiStore) UploadLayer(ctx context.Context, r io.Reader, digest string, 
 func (s *apiStore) CreateImage(ctx context.Context, name string, layers []string, cfg ociimport.Config) error {
 	_, err := s.c.CreateImage(ctx, name, layers, dsec.ImageConfig{
 		Env: cfg.Env, Workdir: cfg.Workdir, User: cfg.User, Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd,
-	})
+	}, s.opts...)
 	return err
 }
 

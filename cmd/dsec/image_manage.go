@@ -32,7 +32,8 @@ func newImageRmCmd(g *globalFlags) *cobra.Command {
 		Short: "Remove images (their layers stay until `dsec image gc`)",
 		Long: `Remove images. Their layers stay: shared with other images, or used by
 sandboxes, or not. ` + "`dsec image gc`" + ` removes the layers no image references and
-no sandbox uses.`,
+no sandbox uses. Only an image's project (or an admin key) may remove it; a
+private image of another project is not found.`,
 		Example: `  dsec image rm py:3.11 ws/sphinx-9658:1`,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -85,6 +86,7 @@ func newImageInspectCmd(g *globalFlags) *cobra.Command {
 			}
 			img := d.Image
 			fmt.Fprintf(out, "Name:       %s\n", img.Name)
+			fmt.Fprintf(out, "Project:    %s (%s)\n", img.Project, visibility(img.Public))
 			fmt.Fprintf(out, "Created:    %s (%s ago)\n", img.CreatedAt.Format(time.RFC3339), human(time.Since(img.CreatedAt)))
 			fmt.Fprintf(out, "Size:       %s in %d layers\n", dsec.FormatSize(img.Size), len(img.Layers))
 			cfg := img.Config
@@ -247,7 +249,10 @@ answer: a node that does not could be using any layer.`,
 // newImageCopyCmd makes `image push` (push: local to --to) or `image
 // pull` (--from to local).
 func newImageCopyCmd(g *globalFlags, push bool) *cobra.Command {
-	var addr, key, stateDir string
+	var (
+		addr, key, stateDir string
+		write               imageWriteFlags
+	)
 	verb, flag, dir := "pull", "from", "from another dsec API server to this one"
 	if push {
 		verb, flag, dir = "push", "to", "from this dsec API server to another"
@@ -258,13 +263,17 @@ func newImageCopyCmd(g *globalFlags, push bool) *cobra.Command {
 		Long: `Copy an image, its layers and its config ` + dir + `, each with its own
 layer store. Layers the target already has are skipped; the others stream
 through this machine and are checked against their digests on arrival. The
-image is registered on the target only once every layer arrived.
+image is registered on the target only once every layer arrived, owned by the
+project of the target's key (--public, --private and --force say how).
 
 The other server's key comes from --` + flag + `-key, or from the admin.key of
 --` + flag + `-state-dir.`,
 		Example: "  dsec image " + verb + " base/py310:3 --" + flag + " http://10.0.0.7:7420 --" + flag + "-key dsec_...",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := write.check(); err != nil {
+				return err
+			}
 			if addr == "" {
 				return usageErrorf("--%s ADDR is required", flag)
 			}
@@ -305,7 +314,7 @@ The other server's key comes from --` + flag + `-key, or from the admin.key of
 				default:
 					fmt.Fprintf(errw, "\rlayer %d/%d %s: %s of %s", i+1, n, short(l.Digest), dsec.FormatSize(done), dsec.FormatSize(l.Size))
 				}
-			})
+			}, write.options()...)
 			if err != nil {
 				return err
 			}
@@ -319,12 +328,14 @@ The other server's key comes from --` + flag + `-key, or from the admin.key of
 	f.StringVar(&addr, flag, "", "API address of the other dsec server (http://HOST:PORT)")
 	f.StringVar(&key, flag+"-key", "", "API key for the other server")
 	f.StringVar(&stateDir, flag+"-state-dir", "", "read the other server's admin.key from this state dir (a server on this machine)")
+	write.register(f)
 	return cmd
 }
 
 func newImageSquashCmd(g *globalFlags) *cobra.Command {
 	var (
 		to, maxSize string
+		write       imageWriteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "squash NAME[:TAG] --to NAME[:TAG]",
@@ -340,6 +351,9 @@ lookups and mounts cheaper; the image cannot have more than 127.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if to == "" {
 				return usageErrorf("--to NAME[:TAG] is required")
+			}
+			if err := write.check(); err != nil {
+				return err
 			}
 			limit, err := dsec.ParseSize(maxSize)
 			if err != nil || limit <= 0 {
@@ -383,7 +397,7 @@ lookups and mounts cheaper; the image cannot have more than 127.`,
 			if len(digests) == len(img.Layers) {
 				fmt.Fprintf(errw, "no two consecutive layers under %s: registering the same layers\n", dsec.FormatSize(limit))
 			}
-			out, err := c.CreateImage(ctx, to, digests, img.Config)
+			out, err := c.CreateImage(ctx, to, digests, img.Config, write.options()...)
 			if err != nil {
 				return err
 			}
@@ -395,6 +409,7 @@ lookups and mounts cheaper; the image cannot have more than 127.`,
 	f := cmd.Flags()
 	f.StringVar(&to, "to", "", "name of the squashed image")
 	f.StringVar(&maxSize, "max-layer-size", "64M", "layers at least this big are kept as they are")
+	write.register(f)
 	return cmd
 }
 

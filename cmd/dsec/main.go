@@ -107,6 +107,7 @@ Start the platform on this machine with "dsec up -d", then:
 		newImageCmd(g),
 		newPackCmd(g),
 		newKeyCmd(g),
+		newProjectCmd(g),
 		newEvalCmd(),
 		newDoctorCmd(g),
 		newPurgeCmd(g),

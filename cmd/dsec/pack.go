@@ -10,6 +10,7 @@ func newPackCmd(g *globalFlags) *cobra.Command {
 	var (
 		name, output string
 		scrub        []string
+		write        imageWriteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "pack ID --name NAME[:TAG] [--scrub PATH]...",
@@ -28,7 +29,11 @@ the new layer: the new environment shows PATH as the sandbox's environment had
 it (caches, scratch files, secrets).
 
 A second pack of the same sandbox while one runs, or a pack of a sandbox being
-deleted, fails; wait, or pack before deleting.`,
+deleted, fails; wait, or pack before deleting.
+
+The new environment belongs to the key's project and is private unless
+--public. Packing onto an existing NAME:TAG needs that image's project (or an
+admin key), and --force when the packed layers differ from the image's.`,
 		Example: `  dsec pack sb-node1-abc --name task/42:step3
   dsec pack sb-node1-abc --name task/42:step3 --scrub /root/.cache --scrub /tmp
   dsec run -d --count 8 task/42:step3    # branch: 8 sandboxes from the packed state`,
@@ -40,12 +45,15 @@ deleted, fails; wait, or pack before deleting.`,
 			if name == "" {
 				return usageErrorf("--name is required: the new environment's NAME[:TAG]")
 			}
+			if err := write.check(); err != nil {
+				return err
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			p, err := c.Sandbox(args[0]).PackDiff(cmd.Context(), name, scrub...)
+			p, err := c.Sandbox(args[0]).PackDiffWith(cmd.Context(), name, scrub, write.options()...)
 			if err != nil {
 				return err
 			}
@@ -64,6 +72,7 @@ deleted, fails; wait, or pack before deleting.`,
 	f.StringVar(&name, "name", "", "the new environment, NAME[:TAG] (tag latest by default)")
 	f.StringArrayVar(&scrub, "scrub", nil, "absolute path to leave out of the new layer (repeatable)")
 	f.StringVarP(&output, "output", "o", "table", "output: table (the image name on stdout, figures on stderr) or json")
+	write.register(f)
 	return cmd
 }
 

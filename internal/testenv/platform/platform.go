@@ -278,11 +278,12 @@ func (p *Platform) CLI(t testing.TB, stdin string, args ...string) (stdout, stde
 	return o.String(), e.String(), code
 }
 
-// Busybox builds and registers the busybox image through the CLI.
+// Busybox builds and registers the busybox image through the CLI, public
+// (as scripts/quickstart.sh does), so that keys of every project run it.
 func (p *Platform) Busybox(t testing.TB) {
 	t.Helper()
 	root := testenv.BusyboxRootfs(t)
-	out, errOut, code := p.CLI(t, "", "image", "build", "busybox", "--from-dir", root)
+	out, errOut, code := p.CLI(t, "", "image", "build", "busybox", "--from-dir", root, "--public")
 	if code != 0 || strings.TrimSpace(out) != "busybox:latest" {
 		t.Fatalf("dsec image build = %q, %q, exit %d", out, errOut, code)
 	}
