@@ -12,9 +12,10 @@ import (
 
 // ApplyCeiling makes the parent group and writes Config.Ceiling to it:
 // pids.max, and the memory limit (v1 memory.limit_in_bytes, cgroup2
-// memory.max). It fails with ErrFailedPrecondition when the host does not
-// offer a controller the ceiling needs, or when the groups in the parent
-// already use more memory than the ceiling.
+// memory.max), in that order. It fails with ErrFailedPrecondition when
+// the host does not offer a controller the ceiling needs, and with
+// ErrResourceExhausted, after setting pids.max, when the groups in the
+// parent already use more memory than the ceiling.
 func (m *Manager) ApplyCeiling() error {
 	made, err := m.prepareParentMade(m.ceiling)
 	if err != nil {
@@ -30,35 +31,30 @@ func (m *Manager) ApplyCeiling() error {
 }
 
 // writeCeiling writes the ceiling's limits to the parent group, which
-// exists. In V1 and Hybrid mode they go to the v1 hierarchies, as a
-// group's own limits do.
+// exists, pids first. In V1 and Hybrid mode they go to the v1
+// hierarchies, as a group's own limits do.
 func (m *Manager) writeCeiling() error {
 	c := m.ceiling
-	var w []write
+	pidsDir, memDir, memFile := m.v1Dir("pids", ""), m.v1Dir("memory", ""), "memory.limit_in_bytes"
 	if m.layout.Mode == Unified {
-		d := m.v2Dir("")
-		if c.MemoryBytes > 0 {
-			w = append(w, write{filepath.Join(d, "memory.max"), strconv.FormatInt(c.MemoryBytes, 10)})
-		}
-		if c.Pids > 0 {
-			w = append(w, write{filepath.Join(d, "pids.max"), strconv.FormatInt(c.Pids, 10)})
-		}
-	} else {
-		if c.MemoryBytes > 0 {
-			w = append(w, write{filepath.Join(m.v1Dir("memory", ""), "memory.limit_in_bytes"), strconv.FormatInt(c.MemoryBytes, 10)})
-		}
-		if c.Pids > 0 {
-			w = append(w, write{filepath.Join(m.v1Dir("pids", ""), "pids.max"), strconv.FormatInt(c.Pids, 10)})
+		pidsDir, memDir, memFile = m.v2Dir(""), m.v2Dir(""), "memory.max"
+	}
+	if c.Pids > 0 {
+		if err := m.writeAll([]write{{filepath.Join(pidsDir, "pids.max"), strconv.FormatInt(c.Pids, 10)}}); err != nil {
+			return err
 		}
 	}
-	err := m.writeAll(w)
-	if errors.Is(err, syscall.EBUSY) {
-		// v1 refuses a memory limit below what the groups use and cannot
-		// reclaim.
-		return errdefs.Newf(errdefs.ErrFailedPrecondition,
-			"the sandboxes use more memory than the ceiling of %d bytes (%v): delete sandboxes or reserve less for the host", c.MemoryBytes, err)
+	if c.MemoryBytes > 0 {
+		err := m.writeAll([]write{{filepath.Join(memDir, memFile), strconv.FormatInt(c.MemoryBytes, 10)}})
+		if errors.Is(err, syscall.EBUSY) {
+			// v1 refuses a limit below what the groups use and cannot
+			// reclaim; the pids ceiling is set.
+			return errdefs.Newf(errdefs.ErrResourceExhausted,
+				"the sandboxes use more memory than the ceiling of %d bytes (%v): delete sandboxes or reserve less for the host", c.MemoryBytes, err)
+		}
+		return err
 	}
-	return err
+	return nil
 }
 
 // Ceiling reports what the parent group, all groups together, uses and

@@ -35,8 +35,8 @@ func TestApplyCeilingWrites(t *testing.T) {
 		o:    fakeOptions{mode: V1},
 		c:    ceiling,
 		want: cat(v1ParentLog, []string{
-			"write memory/dsec/memory.limit_in_bytes 21474836480",
 			"write pids/dsec/pids.max 24576",
+			"write memory/dsec/memory.limit_in_bytes 21474836480",
 		}),
 		files: map[string]string{"memory/dsec/memory.limit_in_bytes": "21474836480", "pids/dsec/pids.max": "24576"},
 	}, {
@@ -44,8 +44,8 @@ func TestApplyCeilingWrites(t *testing.T) {
 		o:    fakeOptions{mode: Hybrid},
 		c:    ceiling,
 		want: cat([]string{"mkdir unified/dsec"}, v1ParentLog, []string{
-			"write memory/dsec/memory.limit_in_bytes 21474836480",
 			"write pids/dsec/pids.max 24576",
+			"write memory/dsec/memory.limit_in_bytes 21474836480",
 		}),
 		files: map[string]string{"memory/dsec/memory.limit_in_bytes": "21474836480", "pids/dsec/pids.max": "24576"},
 	}, {
@@ -55,8 +55,8 @@ func TestApplyCeilingWrites(t *testing.T) {
 		want: []string{
 			"mkdir unified/dsec",
 			"write unified/dsec/cgroup.subtree_control +cpu +memory +pids",
-			"write unified/dsec/memory.max 21474836480",
 			"write unified/dsec/pids.max 24576",
+			"write unified/dsec/memory.max 21474836480",
 		},
 		files: map[string]string{"unified/dsec/memory.max": "21474836480", "unified/dsec/pids.max": "24576"},
 	}, {
@@ -170,6 +170,27 @@ func TestCeilingMissingController(t *testing.T) {
 				t.Fatalf("ApplyCeiling() = %v, want ErrFailedPrecondition naming controller %s", err, tt.ctrl)
 			}
 		})
+	}
+}
+
+// TestCeilingMemoryBusy checks that a memory ceiling below what the groups
+// use (v1 refuses it with EBUSY) is ResourceExhausted, after pids.max is
+// set.
+func TestCeilingMemoryBusy(t *testing.T) {
+	for _, mode := range []Mode{V1, Unified} {
+		m, k := newFakeCeiling(t, fakeOptions{mode: mode}, ceiling)
+		k.busyWrite = "memory.limit_in_bytes"
+		pids := "pids/dsec/pids.max"
+		if mode == Unified {
+			k.busyWrite, pids = "memory.max", "unified/dsec/pids.max"
+		}
+		err := m.ApplyCeiling()
+		if !errdefs.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "more memory than the ceiling") {
+			t.Errorf("%v: ApplyCeiling() with the memory limit busy = %v, want ResourceExhausted", mode, err)
+		}
+		if got := readTrim(t, filepath.Join(k.base, pids)); got != "24576" {
+			t.Errorf("%v: %s = %q after a busy memory limit, want 24576", mode, pids, got)
+		}
 	}
 }
 

@@ -23,8 +23,9 @@ type fakeKernel struct {
 	memsw bool
 	// swap says cgroup2 memory groups have memory.swap.max.
 	swap bool
-	// failWrite names a file (base name) whose writes fail with EIO.
-	failWrite string
+	// failWrite names a file (base name) whose writes fail with EIO,
+	// busyWrite one whose writes fail with EBUSY.
+	failWrite, busyWrite string
 	// log is "mkdir <dir>" and "write <file> <data>", paths relative to base.
 	log []string
 }
@@ -188,6 +189,9 @@ func (k *fakeKernel) Rmdir(dir string) error {
 func (k *fakeKernel) WriteFile(file, data string) error {
 	if filepath.Base(file) == k.failWrite {
 		return &fs.PathError{Op: "write", Path: file, Err: syscall.EIO}
+	}
+	if filepath.Base(file) == k.busyWrite {
+		return &fs.PathError{Op: "write", Path: file, Err: syscall.EBUSY}
 	}
 	old, err := os.ReadFile(file)
 	if err != nil {

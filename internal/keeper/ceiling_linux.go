@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/cgroup"
+	"github.com/dsecproject/dsec/internal/errdefs"
 )
 
 // newCgroups returns the manager of the sandboxes' cgroups with the host
@@ -31,7 +32,12 @@ func (k *Keeper) newCgroups(layout cgroup.Layout) (*cgroup.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cg.ApplyCeiling(); err != nil {
+	switch err := cg.ApplyCeiling(); {
+	case errdefs.Is(err, errdefs.ErrResourceExhausted):
+		// Sandboxes adopted from before use more than a new, lower
+		// memory ceiling: keep them and the pids ceiling, and say so.
+		k.log.Error("the host memory ceiling is not set", "err", err)
+	case err != nil:
 		return nil, fmt.Errorf("host ceilings: %w", err)
 	}
 	k.log.Info("host ceilings of all sandboxes set", "cgroup", k.cfg.CgroupParent,
