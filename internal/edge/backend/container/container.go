@@ -146,13 +146,13 @@ func (b *Backend) ensureKeeper(ctx context.Context) error {
 		return nil
 	}
 	args := []string{"--uid-base", fmt.Sprint(b.cfg.IDMap.HostID), "--uid-count", fmt.Sprint(b.cfg.IDMap.Size)}
+	if b.cfg.UIDRanges != 0 {
+		args = append(args, "--uid-ranges", fmt.Sprint(b.cfg.UIDRanges))
+	}
 	if b.cfg.Runtime != "" {
 		args = append(args, "--runtime", b.cfg.Runtime)
 	}
 	if b.cfg.CgroupParent != "" {
-	if b.cfg.UIDRanges != 0 {
-		args = append(args, "--uid-ranges", fmt.Sprint(b.cfg.UIDRanges))
-	}
 		args = append(args, "--cgroup-parent", b.cfg.CgroupParent)
 	}
 	if !b.cfg.HostPidsReserve.IsZero() {
