@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dsecproject/dsec/internal/codeeval"
 	"github.com/dsecproject/dsec/internal/fusion"
+	"github.com/dsecproject/dsec/internal/keeper"
 	"github.com/dsecproject/dsec/internal/testenv"
 )
 
@@ -282,25 +284,30 @@ func testFusionIsolation(t *testing.T, p *platform, f *fusionClient) {
 		}
 	}
 	// The used sandboxes go; what stays is the pools' (at most 4 per
-	// language image and per memory limit used: 3 + 1 here).
-	var n int
+	// language image and per memory limit used: 3 + 1 here), and no key,
+	// not even the admin's, sees them (the reserved project
+	// dsec-sandboxfusion); the node's keeper does.
+	if sbs, err := admin.List(ctx, map[string]string{fusion.LabelKey: "e2e"}); err != nil || len(sbs) != 0 {
+		t.Errorf("the admin key lists %d SandboxFusion sandboxes (%v), want none: they are in a reserved project", len(sbs), err)
+	}
+	kc := keeper.NewClient(p.StateDir)
+	defer kc.Close()
+	var ids []string
 	for range 100 {
-		sbs, err := admin.List(ctx, map[string]string{fusion.LabelKey: "e2e"})
+		infos, err := kc.List(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n = len(sbs)
-		if n <= 4*4 {
-			for _, sb := range sbs {
-				if sb.ID == strings.TrimSpace(first) {
-					t.Errorf("the first call's sandbox %s still exists", sb.ID)
-				}
-			}
+		ids = ids[:0]
+		for _, in := range infos {
+			ids = append(ids, in.ID)
+		}
+		if len(ids) <= 4*4 && !slices.Contains(ids, strings.TrimSpace(first)) {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Errorf("%d SandboxFusion sandboxes exist, want at most the pools' 16", n)
+	t.Errorf("sandboxes on the node after the calls: %v; want at most the pools' 16, without the first call's %s", ids, strings.TrimSpace(first))
 }
 
 func testFusionAcceptance(t *testing.T, p *platform, f *fusionClient) {
@@ -426,21 +433,36 @@ func lineDiff(a, b string) string {
 }
 
 // testFusionStartUp checks the listener's start-up failures name the
-// flag: a busy port, and an address beyond loopback without a key of its
-// own.
+// flag: a busy port, a key file that does not exist, and the admin key as
+// the clients' key beyond loopback (where clients may send it in URLs).
 func testFusionStartUp(t *testing.T, p *platform) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	for _, c := range []struct{ listen, want string }{
-		{busy.Addr().String(), "--sandboxfusion-listen"},
-		{"0.0.0.0:0", "--sandboxfusion-key-file"},
+	for _, c := range []struct {
+		listen, want string
+		keyFile      string // "admin": the new state dir's admin key
+	}{
+		{busy.Addr().String(), "--sandboxfusion-listen", ""},
+		{"127.0.0.1:0", "--sandboxfusion-key-file", "/nonexistent/key"},
+		{"0.0.0.0:0", "--sandboxfusion-key-file", "admin"},
 	} {
 		dir := t.TempDir()
-		cmd := exec.Command(p.Bin, "up", "--state-dir", dir, "--listen", freePort(t), "--cgroup-parent", p.CgroupParent+"x",
-			"--sandboxfusion-listen", c.listen)
+		args := []string{"up", "--state-dir", dir, "--listen", freePort(t), "--cgroup-parent", p.CgroupParent + "x", "--sandboxfusion-listen", c.listen}
+		switch c.keyFile {
+		case "":
+		case "admin":
+			key := filepath.Join(dir, "admin.key")
+			if err := os.WriteFile(key, []byte("dsk_"+strings.Repeat("a", 40)+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "--sandboxfusion-key-file", key)
+		default:
+			args = append(args, "--sandboxfusion-key-file", c.keyFile)
+		}
+		cmd := exec.Command(p.Bin, args...)
 		done := make(chan struct{})
 		var out []byte
 		go func() { out, err = cmd.CombinedOutput(); close(done) }()

@@ -307,8 +307,8 @@ ends it at once.`,
 	}
 	f := create.Flags()
 	f.StringVar(&name, "name", "", "a name to recognise the key by")
-	f.StringVar(&project, "project", "default", "project whose sandboxes the key sees")
-	f.BoolVar(&admin, "admin", false, "make an admin key (sees every project, may create keys)")
+	f.StringVar(&project, "project", "default", "project whose sandboxes the key sees (names starting with dsec- are reserved for the platform)")
+	f.BoolVar(&admin, "admin", false, "make an admin key (sees every project but the platform's reserved ones, may create keys)")
 	f.Var(dayDuration{&expires}, "expires", "the key stops working this long from now (e.g. 30d, 12h; default: never)")
 	cmd.AddCommand(create, newKeyLsCmd(g), newKeyRevokeCmd(g))
 	return cmd

@@ -33,6 +33,7 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		overcommit                      float64
 		reserve                         string
 		fusionListen, fusionKeyFile     string
+		fusionRequireKey                bool
 		fusionImages                    []string
 		fusionPool                      int
 		fusionMemory                    string
@@ -60,12 +61,15 @@ For profiling, DSEC_PPROF=127.0.0.1:PORT serves this process's Go profiles
 (/debug/pprof/) and DSEC_KEEPER_PPROF=127.0.0.1:PORT the node keeper's.
 
 It also serves the SandboxFusion-compatible run_code API (POST /run_code) on
---sandboxfusion-listen (default 127.0.0.1:8080; empty turns it off). Its clients
-send no credentials, so it creates sandboxes with the admin key, or the key in
---sandboxfusion-key-file. Beyond loopback it needs a key of its own, which
-clients put in the URL path: http://HOST:PORT/<key>/run_code. Build its images
-first (see docs/sandboxfusion.md):
-  dsec image build sandboxfusion/python --debian python3`,
+--sandboxfusion-listen (default 127.0.0.1:8080; empty turns it off). Each call
+runs in a sandbox of its own, deleted after it, in the reserved project
+dsec-sandboxfusion, which no API key can list, exec into or read: not even an
+admin key. SandboxFusion's clients send no credentials, so on loopback calls
+need no key unless --sandboxfusion-require-key; beyond loopback every call
+needs one. A key is any dsec API key, sent as "Authorization: Bearer <key>"
+or in the URL path (http://HOST:PORT/<key>/run_code); it only admits the call.
+Build its images first (see docs/sandboxfusion.md):
+  scripts/sandboxfusion-images.sh`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stateDir := g.resolvedStateDir()
@@ -120,7 +124,7 @@ first (see docs/sandboxfusion.md):
 				HostPidsReserve: pidsRes, HostMemoryReserve: memRes,
 				DiskReserve: diskRes, DiskOvercommit: ceil.diskOvercommit,
 				SandboxFusion: server.FusionConfig{
-					Listen: fusionListen, KeyFile: fusionKeyFile, Images: images,
+					Listen: fusionListen, RequireKey: fusionRequireKey, KeyFile: fusionKeyFile, Images: images,
 					PoolSize: fusionPool, Memory: fmem,
 				},
 				StateDir: stateDir, Listen: listen, Node: node, Runtime: runtime,
@@ -148,7 +152,8 @@ first (see docs/sandboxfusion.md):
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error (the node keeper takes DSEC_LOG_LEVEL)")
 	f.StringVar(&cgroupParent, "cgroup-parent", "dsec", "cgroup (under each hierarchy's root) that holds every sandbox's cgroup")
 	f.StringVar(&fusionListen, "sandboxfusion-listen", server.DefaultFusionListen, "address of the SandboxFusion-compatible run_code API (host:port); empty turns it off")
-	f.StringVar(&fusionKeyFile, "sandboxfusion-key-file", "", "file with the API key the SandboxFusion API creates sandboxes with (default: the admin key); beyond loopback clients put it in the URL: /<key>/run_code")
+	f.BoolVar(&fusionRequireKey, "sandboxfusion-require-key", false, "make every SandboxFusion call bring a dsec API key (Authorization: Bearer <key>, or the URL path /<key>/run_code) on loopback too; beyond loopback one is always required")
+	f.StringVar(&fusionKeyFile, "sandboxfusion-key-file", "", "file with the one API key the SandboxFusion API accepts from clients (default: any valid key); beyond loopback it may not be the admin key")
 	f.StringArrayVar(&fusionImages, "sandboxfusion-image", nil, "image of a SandboxFusion language, LANG=IMAGE (repeatable; defaults: python=sandboxfusion/python, bash=sandboxfusion/bash, go=sandboxfusion/go)")
 	f.IntVar(&fusionPool, "sandboxfusion-pool", 4, "sandboxes created ahead per SandboxFusion image, each used by one call (0 for none)")
 	f.StringVar(&fusionMemory, "sandboxfusion-memory", "1G", "memory limit of SandboxFusion sandboxes when a call sets no memory_limit_MB")

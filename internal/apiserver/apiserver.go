@@ -54,6 +54,9 @@ type Config struct {
 	// chunk digests for LazyChunkSize-byte chunks (0: the default).
 	LazyLayers    bool
 	LazyChunkSize int64
+	// ServiceKeys, when set, are the in-process services' keys, which
+	// authenticate besides the Cluster's (servicekey.go).
+	ServiceKeys *ServiceKeys
 	// MaxRequestBytes bounds request bodies and stream messages
 	// (internal/reqlimit; 0: reqlimit.DefaultMaxBytes, dsec up
 	// --max-request-size).
@@ -92,7 +95,7 @@ func New(cfg Config) *Server {
 // Handler returns the HTTP handler of the API and /healthz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	auth := authInterceptor{auth: s.cfg.Cluster, metrics: s.cfg.Metrics}
+	auth := authInterceptor{auth: s, metrics: s.cfg.Metrics}
 	limits := reqlimit.New(s.cfg.MaxRequestBytes)
 	opts := connect.WithHandlerOptions(connect.WithInterceptors(auth), limits.ConnectOption())
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxProxy{s: s}, opts))

@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/project"
 )
 
 // API key secrets are KeySecretPrefix followed by 40 characters of lowercase
@@ -94,6 +95,10 @@ func validateKeySpec(spec KeySpec) error {
 	if !projectRE.MatchString(spec.Project) {
 		return errdefs.Newf(errdefs.ErrInvalidArgument,
 			"invalid project %q: use lowercase letters, digits and '-', at most 63 characters", spec.Project)
+	}
+	if project.Reserved(spec.Project) {
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"project %q is reserved for the platform's own services (names starting with %q): choose another name", spec.Project, project.ReservedPrefix)
 	}
 	return nil
 }

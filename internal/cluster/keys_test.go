@@ -233,6 +233,12 @@ func TestCreateKeyInvalid(t *testing.T) {
 		{Project: "Team"},
 		{Project: "a/b"},
 		{Project: strings.Repeat("p", 64)},
+		{Project: "team\n"},
+		{Project: " team"},
+		{Project: "-team"},
+		{Project: "dsec-sandboxfusion"}, // reserved: the SandboxFusion pool's
+		{Project: "dsec-sandboxfusion", Admin: true},
+		{Project: "dsec-other"},
 		{Name: "tab\there"},
 		{Name: strings.Repeat("n", 129)},
 	} {

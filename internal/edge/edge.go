@@ -26,6 +26,7 @@ import (
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/metrics"
+	"github.com/dsecproject/dsec/internal/project"
 )
 
 // ImageResolver turns an image name into local layers.
@@ -464,7 +465,12 @@ type Caller struct {
 	KeyID string
 }
 
-func (c Caller) sees(r *Record) bool { return c.Admin || r.Project == c.Project }
+// sees reports whether the caller may see and act on r: a key sees its own
+// project's sandboxes, an admin key every project's but the platform's own
+// (internal/project), which only their service's key reaches.
+func (c Caller) sees(r *Record) bool {
+	return r.Project == c.Project || c.Admin && !project.Reserved(r.Project)
+}
 
 // matches reports whether labels has every k=v of sel.
 func matches(labels, sel map[string]string) bool {

@@ -19,7 +19,8 @@ type poolKey struct {
 
 // pool keeps up to size sandboxes of one kind created ahead of the calls
 // that take them; each is used by one call and then deleted, and the pool
-// refills in the background. Its goroutine ends when ctx ends.
+// refills in the background. It holds only sandboxes that have run
+// nothing: nothing is ever put back. Its goroutine ends when ctx ends.
 type pool struct {
 	key     poolKey
 	size    int
@@ -125,6 +126,11 @@ func (p *pool) refill(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-time.After(wait):
+			case <-p.wake:
+				// A call took from the pool: if its own create worked
+				// (the image exists now), failures is 0 and the refill
+				// goes on at once; if not, the wait starts again.
+				continue
 			}
 		}
 		sb, err := p.create(ctx, p.key)

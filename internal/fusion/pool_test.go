@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,5 +123,82 @@ func TestPoolCreatesWhenEmptyAndExpires(t *testing.T) {
 	f.mu.Unlock()
 	if _, err := p.take(ctx); err == nil {
 		t.Errorf("take with failing creates = nil error")
+	}
+}
+
+// TestRunCodeNeverReusesASandbox: every call takes a sandbox that ran no
+// call before, and deletes it after, so nothing a call leaves (files,
+// processes) reaches a later one.
+func TestRunCodeNeverReusesASandbox(t *testing.T) {
+	s := newTestServer(t, Config{})
+	s.cfg.PoolSize = 2
+	f := newFakes(t)
+	s.newSandbox = f.create
+	var mu sync.Mutex
+	deleted := map[string]int{} // guarded by mu
+	s.deleteSandbox = func(_ context.Context, sb *dsec.Sandbox) error {
+		mu.Lock()
+		defer mu.Unlock()
+		deleted[sb.ID]++
+		return nil
+	}
+	nDeleted := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(deleted)
+	}
+	const calls = 6
+	for i := range calls {
+		// The client reaches no platform: the call fails writing its
+		// files, after it took its sandbox.
+		resp := s.RunCode(t.Context(), &RunCodeRequest{Language: "bash", Code: "true", RunTimeout: 1, CompileTimeout: 1})
+		if resp.Status != StatusSandboxError || !strings.Contains(resp.Message, "write the code") {
+			t.Fatalf("call %d = %s %q, want SandboxError writing the code", i, resp.Status, resp.Message)
+		}
+		waitFor(t, "the used sandbox deleted", func() bool { return nDeleted() == i+1 })
+	}
+	if err := s.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	created, _ := f.counts()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(deleted) != created {
+		t.Errorf("%d sandboxes created, %d deleted (%v); want every one deleted", created, len(deleted), deleted)
+	}
+	for id, n := range deleted {
+		if n != 1 {
+			t.Errorf("sandbox %s deleted %d times, want once", id, n)
+		}
+	}
+}
+
+// TestPoolRefillsOnceCreatesWork: a pool that failed to create (its image
+// was missing) fills again as soon as a call's own create works, not after
+// its backoff.
+func TestPoolRefillsOnceCreatesWork(t *testing.T) {
+	f := newFakes(t)
+	f.fail = errors.New("no image")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p := newPool(poolKey{image: "i", memory: 1}, 2, time.Hour, true, f.create, f.discard, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "failed creates", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.failures >= 2 // the pool now waits 4 s
+	})
+	f.mu.Lock()
+	f.fail = nil
+	f.mu.Unlock()
+	start := time.Now()
+	if _, err := p.take(ctx); err != nil {
+		t.Fatalf("take = %v", err)
+	}
+	waitFor(t, "a full pool", func() bool { return p.readyCount() == 2 })
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the pool filled %v after creates worked again, want at once (not after its backoff)", d)
 	}
 }

@@ -3,7 +3,10 @@
 // (veRL, SkyRL, …) run against dsec unchanged.
 //
 // It is an ordinary client of the dsec API (through the Go SDK) under one
-// API key. Every call gets a sandbox of its own, from a small pool of
+// API key, Config.Client's; dsec up gives it a service key of the reserved
+// project internal/project.SandboxFusion, which no tenant's or admin's key
+// can see into, so nobody can reach the pool's sandboxes to plant files or
+// processes for a later call. Every call gets a sandbox of its own, from a small pool of
 // sandboxes created ahead per image and memory limit: the call writes its
 // files and code into the working directory, compiles if the language
 // needs it, runs, reads back the files asked for, and the sandbox is
@@ -12,8 +15,12 @@
 //
 // Invariants:
 //   - A sandbox serves at most one call, and is deleted after it whatever
-//     happened; the pool's sandboxes carry the label LabelKey=<node> so that
-//     a restarted server deletes those a crash left behind.
+//     happened: the pool hands out only sandboxes that never ran a call,
+//     and never takes one back. The pool's sandboxes carry the label
+//     LabelKey=<node> so that a restarted server deletes those a crash
+//     left behind.
+//   - A key a client sends only admits its call (Config.Authenticate); the
+//     call runs in the server's sandboxes whatever the key.
 //   - Paths in files and fetch_files stay inside the working directory
 //     (CleanPath), and the sandbox's file API resolves them in the
 //     sandbox's own root, so neither can reach anything else.
@@ -23,7 +30,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -36,6 +42,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -83,7 +90,10 @@ const LabelKey = "dsec-sandboxfusion"
 // Config configures a Server. Client is required; zero fields take the
 // documented defaults.
 type Config struct {
-	// Client calls the dsec API; its key decides whose sandboxes these are.
+	// Client calls the dsec API; its key decides whose sandboxes these are,
+	// and should be one no other client holds (dsec up's is a service key
+	// of a reserved project): whoever can reach the pool's sandboxes can
+	// plant what later calls see.
 	Client *dsec.Client
 	// Languages by name (default DefaultLanguages).
 	Languages map[string]Language
@@ -107,11 +117,20 @@ type Config struct {
 	// CapacityWait is how long a call waits for room on the platform
 	// when it is full (default 2 min; negative: not at all).
 	CapacityWait time.Duration
-	// PathKey, when set, serves the API under /<PathKey>/ too.
-	PathKey string
-	// KeyOnly serves only under /<PathKey>/ (for listeners beyond
-	// loopback: SandboxFusion clients send no credentials).
-	KeyOnly bool
+	// Authenticate checks a dsec API key a client sent, as
+	// `Authorization: Bearer <key>` or as the first segment of the path
+	// (/<key>/run_code, for SandboxFusion clients that only take a URL):
+	// nil admits the call. An error of kind Unauthenticated or
+	// PermissionDenied (internal/errdefs) refuses it with HTTP 401 or 403;
+	// any other says the key could not be checked (503). When nil, no key
+	// is accepted. Whatever the key, the call runs in the server's own
+	// sandboxes (those of Client's key): a key admits a call, it does not
+	// choose where it runs.
+	Authenticate func(ctx context.Context, key string) error
+	// RequireKey refuses calls without a key (HTTP 401); it needs
+	// Authenticate. Without it a call may come without a key, as
+	// SandboxFusion's clients send none, but a key sent is still checked.
+	RequireKey bool
 	// Node is the value of the label on the server's sandboxes (default
 	// "default").
 	Node   string
@@ -125,9 +144,11 @@ type Server struct {
 	sem chan struct{}
 	// newSandbox creates a sandbox (create; tests replace it).
 	newSandbox func(ctx context.Context, key poolKey) (*dsec.Sandbox, error)
-	ctx        context.Context // ends at Close; owns the pools and deletions
-	stop       context.CancelFunc
-	wg         sync.WaitGroup // pools' goroutines and deletions
+	// deleteSandbox deletes one (sb.Delete; tests replace it).
+	deleteSandbox func(ctx context.Context, sb *dsec.Sandbox) error
+	ctx           context.Context // ends at Close; owns the pools and deletions
+	stop          context.CancelFunc
+	wg            sync.WaitGroup // pools' goroutines and deletions
 
 	mu     sync.Mutex
 	pools  map[poolKey]*pool // guarded by mu
@@ -146,6 +167,9 @@ const poolMaxAge = 40 * time.Minute
 func New(cfg Config) (*Server, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("fusion: Config.Client is required")
+	}
+	if cfg.RequireKey && cfg.Authenticate == nil {
+		return nil, errors.New("fusion: Config.RequireKey needs Config.Authenticate")
 	}
 	if cfg.Languages == nil {
 		cfg.Languages = DefaultLanguages()
@@ -191,6 +215,7 @@ func New(cfg Config) (*Server, error) {
 		ctx: ctx, stop: stop, pools: make(map[poolKey]*pool),
 	}
 	s.newSandbox = s.create
+	s.deleteSandbox = func(ctx context.Context, sb *dsec.Sandbox) error { return sb.Delete(ctx) }
 	return s, nil
 }
 
@@ -279,7 +304,7 @@ func (s *Server) discard(sb *dsec.Sandbox) {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := sb.Delete(ctx); err != nil && !errors.Is(err, dsec.ErrNotFound) {
+		if err := s.deleteSandbox(ctx, sb); err != nil && !errors.Is(err, dsec.ErrNotFound) {
 			s.log.Warn("sandboxfusion: delete a used sandbox (its TTL will end it)", "sandbox", sb.ID, "err", err)
 		}
 	}()
@@ -319,17 +344,16 @@ func (s *Server) sandbox(ctx context.Context, key poolKey) (*dsec.Sandbox, error
 	}
 }
 
-// Handler serves POST /run_code and GET /v1/ping (and the same under
-// /<PathKey>/ when a key is set).
+// Handler serves POST /run_code and GET /v1/ping, also under /<key>/
+// (Config.Authenticate).
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := s.route(r.URL.Path)
-		if !ok {
-			msg := "not found: this server answers POST /run_code and GET /v1/ping"
-			if s.cfg.KeyOnly {
-				msg = "not found: put this server's key in the URL path: /<key>/run_code"
-			}
-			writeJSON(w, http.StatusNotFound, map[string]string{"detail": msg})
+		p, keys := route(r)
+		if p != "/run_code" && p != "/v1/ping" {
+			writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found: this server answers POST /run_code and GET /v1/ping (or /<key>/run_code)"})
+			return
+		}
+		if !s.admit(w, r, keys) {
 			return
 		}
 		switch p {
@@ -342,25 +366,61 @@ func (s *Server) Handler() http.Handler {
 			s.serveRunCode(w, r)
 		case "/v1/ping":
 			writeJSON(w, http.StatusOK, "pong")
-		default:
-			writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found: this server answers POST /run_code and GET /v1/ping"})
 		}
 	})
 }
 
-// route strips the key prefix and says whether the path may be served.
-func (s *Server) route(p string) (string, bool) {
-	if k := s.cfg.PathKey; k != "" {
-		rest, _ := strings.CutPrefix(p, "/")
-		seg, after, found := strings.Cut(rest, "/")
-		if found && subtle.ConstantTimeCompare([]byte(seg), []byte(k)) == 1 {
-			return "/" + after, true
+// route returns the endpoint a request is for and the keys it sends: its
+// bearer key, and the first segment of a path /<key>/<endpoint>.
+func route(r *http.Request) (string, []string) {
+	var keys []string
+	if h := r.Header.Get("Authorization"); h != "" {
+		keys = append(keys, strings.TrimSpace(strings.TrimPrefix(h, "Bearer ")))
+	}
+	p := r.URL.Path
+	if p == "/run_code" || p == "/v1/ping" {
+		return p, keys
+	}
+	rest, _ := strings.CutPrefix(p, "/")
+	seg, after, found := strings.Cut(rest, "/")
+	if found && seg != "" {
+		return "/" + after, append(keys, seg)
+	}
+	return p, keys
+}
+
+// admit checks the keys a request sends and answers it when it may not
+// go on, in SandboxFusion's error shape ({"detail": …}).
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, keys []string) bool {
+	if len(keys) == 0 {
+		if !s.cfg.RequireKey {
+			return true
 		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"detail": "Unauthenticated: this server needs a dsec API key: " +
+			"send `Authorization: Bearer <key>`, or call /<key>/run_code (an administrator makes keys with `dsec key create`)"})
+		return false
 	}
-	if s.cfg.KeyOnly {
-		return "", false
+	for _, k := range keys {
+		err := errors.New("this server takes no API keys: call it without one")
+		if s.cfg.Authenticate != nil {
+			err = s.cfg.Authenticate(r.Context(), k)
+		}
+		switch {
+		case err == nil:
+			continue
+		case errdefs.Is(err, errdefs.ErrPermissionDenied):
+			writeJSON(w, http.StatusForbidden, map[string]string{"detail": "Permission denied: " + err.Error()})
+		case errdefs.Is(err, errdefs.ErrUnauthenticated) || s.cfg.Authenticate == nil:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"detail": "Unauthenticated: " + err.Error()})
+		default:
+			s.log.Warn("sandboxfusion: check an API key", "err", err)
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"detail": "cannot check the API key now: retry"})
+		}
+		return false
 	}
-	return p, true
+	return true
 }
 
 func (s *Server) serveRunCode(w http.ResponseWriter, r *http.Request) {
@@ -429,19 +489,29 @@ func (s *Server) RunCode(ctx context.Context, req *RunCodeRequest) *RunCodeRespo
 	case <-ctx.Done():
 		return sandboxError("the call was canceled while waiting for a free slot: %v", ctx.Err())
 	}
-	sb, err := s.sandbox(ctx, poolKey{image: lang.Image, memory: memory})
-	if err != nil {
-		if errors.Is(err, dsec.ErrNotFound) {
-			return sandboxError("cannot start a %s sandbox: %v (build the image: see `dsec image build --help` and the SandboxFusion docs)", req.Language, err)
+	var sb *dsec.Sandbox
+	for attempt := 1; ; attempt++ {
+		sb, err = s.sandbox(ctx, poolKey{image: lang.Image, memory: memory})
+		if err != nil {
+			if errors.Is(err, dsec.ErrNotFound) {
+				return sandboxError("cannot start a %s sandbox: %v (build the image, and make it public: see `dsec image build --help` and the SandboxFusion docs)", req.Language, err)
+			}
+			return sandboxError("cannot start a %s sandbox: %v", req.Language, err)
 		}
-		return sandboxError("cannot start a %s sandbox: %v", req.Language, err)
+		_, err = sb.UploadTar(ctx, WorkDir, bytes.NewReader(archive), dsec.WithMakeParents())
+		if err == nil {
+			break
+		}
+		s.discard(sb)
+		// A ready sandbox can be gone (its node's keeper lost it): the
+		// call takes another, once.
+		if !errors.Is(err, dsec.ErrNotFound) || attempt == 2 {
+			return sandboxError("write the code and files into the sandbox: %v", err)
+		}
 	}
 	defer s.discard(sb)
 
 	resp := &RunCodeResponse{Files: map[string]string{}}
-	if _, err := sb.UploadTar(ctx, WorkDir, bytes.NewReader(archive), dsec.WithMakeParents()); err != nil {
-		return sandboxError("write the code and files into the sandbox: %v", err)
-	}
 	if len(lang.Compile) > 0 {
 		resp.CompileResult = s.command(ctx, sb, lang.Compile, nil, compileTimeout)
 	}

@@ -6,17 +6,24 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
+	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
+	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -63,7 +70,7 @@ func do(t *testing.T, h http.Handler, method, path, body string) (int, map[strin
 }
 
 func TestHandler(t *testing.T) {
-	s := newTestServer(t, Config{PathKey: "s3cret"})
+	s := newTestServer(t, Config{Authenticate: testKeys})
 	h := s.Handler()
 	ok := `{"code": "print(1)", "language": "cobol"}`
 	tests := []struct {
@@ -73,7 +80,7 @@ func TestHandler(t *testing.T) {
 	}{
 		{"ping", "GET", "/v1/ping", "", 200, "", ""},
 		{"unknown language", "POST", "/run_code", ok, 200, "SandboxError", ""},
-		{"under the key", "POST", "/s3cret/run_code", ok, 200, "SandboxError", ""},
+		{"under a key", "POST", "/good/run_code", ok, 200, "SandboxError", ""},
 		{"GET run_code", "GET", "/run_code", "", 405, "", "POST"},
 		{"bad JSON", "POST", "/run_code", "{", 422, "", "not a JSON object"},
 		{"missing code", "POST", "/run_code", `{"language": "python"}`, 422, "", `"code" is required`},
@@ -113,17 +120,106 @@ func TestHandlerBodyLimit(t *testing.T) {
 	}
 }
 
-func TestHandlerKeyOnly(t *testing.T) {
-	s := newTestServer(t, Config{PathKey: "s3cret", KeyOnly: true})
-	h := s.Handler()
-	body := `{"code": "", "language": "cobol"}`
-	for _, p := range []string{"/run_code", "/wrong/run_code", "/s3cre/run_code", "/s3cretx/run_code", "//run_code"} {
-		if code, out := do(t, h, "POST", p, body); code != 404 || !strings.Contains(out["detail"].(string), "/<key>/run_code") {
-			t.Errorf("POST %s without the key = %d %v, want 404 naming the key path", p, code, out)
-		}
+// testKeys admits the key "good"; "denied" is PermissionDenied, "down"
+// cannot be checked, anything else is Unauthenticated.
+func testKeys(_ context.Context, key string) error {
+	switch key {
+	case "good":
+		return nil
+	case "denied":
+		return errdefs.Newf(errdefs.ErrPermissionDenied, "this key may not")
+	case "down":
+		return errdefs.Newf(errdefs.ErrUnavailable, "etcd is down")
 	}
-	if code, out := do(t, h, "POST", "/s3cret/run_code", body); code != 200 || out["status"] != "SandboxError" {
-		t.Errorf("POST /s3cret/run_code = %d %v, want 200 SandboxError (unknown language)", code, out)
+	return errdefs.Newf(errdefs.ErrUnauthenticated, "invalid API key")
+}
+
+func TestHandlerKeys(t *testing.T) {
+	body := `{"code": "", "language": "cobol"}` // SandboxError: the call got in
+	type call struct {
+		path, bearer string
+		code         int
+	}
+	tests := []struct {
+		name  string
+		cfg   Config
+		calls []call
+	}{
+		{"keyless by default", Config{Authenticate: testKeys}, []call{
+			{"/run_code", "", 200},
+			{"/v1/ping", "", 200},
+			{"/good/run_code", "", 200},
+			{"/run_code", "good", 200},
+			{"/good/run_code", "good", 200},
+			// A key sent is checked even where none is needed.
+			{"/bad/run_code", "", 401},
+			{"/run_code", "bad", 401},
+			{"/good/run_code", "bad", 401},
+			{"/bad/run_code", "good", 401},
+			{"/run_code", "denied", 403},
+			{"/run_code", "down", 503},
+			{"//run_code", "", 404},
+			{"/good/submit", "", 404},
+		}},
+		{"require key", Config{Authenticate: testKeys, RequireKey: true}, []call{
+			{"/run_code", "", 401},
+			{"/v1/ping", "", 401},
+			{"/run_code", "bad", 401},
+			{"/bad/run_code", "", 401},
+			{"/s3cret/run_code", "", 401},
+			{"//run_code", "", 404},
+			{"/run_code", "good", 200},
+			{"/v1/ping", "good", 200},
+			{"/good/run_code", "", 200},
+			{"/good/v1/ping", "", 200},
+			{"/run_code", "down", 503},
+		}},
+		{"no keys taken", Config{}, []call{
+			{"/run_code", "", 200},
+			{"/run_code", "good", 401},
+			{"/good/run_code", "", 401},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.ReplaceAll(tt.name, " ", "_"), func(t *testing.T) {
+			h := newTestServer(t, tt.cfg).Handler()
+			for _, c := range tt.calls {
+				method := "POST"
+				if strings.HasSuffix(c.path, "/ping") {
+					method = "GET"
+				}
+				req := httptest.NewRequest(method, c.path, strings.NewReader(body))
+				if c.bearer != "" {
+					req.Header.Set("Authorization", "Bearer "+c.bearer)
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				var out map[string]any
+				_ = json.Unmarshal(rec.Body.Bytes(), &out)
+				if rec.Code != c.code {
+					t.Errorf("%s %s (bearer %q) = %d %s, want %d", method, c.path, c.bearer, rec.Code, rec.Body, c.code)
+					continue
+				}
+				switch {
+				case c.code == 200 && method == "POST" && out["status"] != "SandboxError":
+					t.Errorf("POST %s: %s, want SandboxError (unknown language)", c.path, rec.Body)
+				case c.code == 401 && (rec.Header().Get("WWW-Authenticate") == "" || !strings.HasPrefix(fmt.Sprint(out["detail"]), "Unauthenticated: ")):
+					t.Errorf("%s %s (bearer %q) = 401 %s, WWW-Authenticate %q; want SandboxFusion's {\"detail\": \"Unauthenticated: …\"} and a challenge",
+						method, c.path, c.bearer, rec.Body, rec.Header().Get("WWW-Authenticate"))
+				case c.code != 200 && out["detail"] == nil:
+					t.Errorf("%s %s = %d %s, want {\"detail\": …}", method, c.path, rec.Code, rec.Body)
+				}
+			}
+			if tt.cfg.RequireKey {
+				_, out := do(t, h, "POST", "/run_code", body)
+				if d := fmt.Sprint(out["detail"]); !strings.Contains(d, "Authorization: Bearer <key>") || !strings.Contains(d, "dsec key create") {
+					t.Errorf("keyless call: detail %q, want it to say how to send a key and where to get one", d)
+				}
+			}
+		})
+	}
+	if _, err := New(Config{Client: &dsec.Client{}, RequireKey: true}); err == nil {
+		t.Errorf("New(RequireKey without Authenticate) = nil error, want one")
 	}
 }
 
@@ -210,5 +306,83 @@ func TestSandboxWaitsForRoom(t *testing.T) {
 	calls = 0
 	if _, err := s.sandbox(context.Background(), poolKey{}); !errors.Is(err, dsec.ErrNotFound) || calls != 1 {
 		t.Errorf("sandbox of a missing image = %v after %d creates, want NotFound at once", err, calls)
+	}
+}
+
+// goneAPI is a sandbox API on which the sandboxes in gone do not exist:
+// uploads to them are NotFound, to others work; nothing else is served.
+type goneAPI struct {
+	sandboxv1connect.UnimplementedSandboxServiceHandler
+	gone map[string]bool
+
+	mu      sync.Mutex
+	uploads []string // sandbox IDs; guarded by mu
+}
+
+func (g *goneAPI) UploadTar(_ context.Context, st *connect.ClientStream[sandboxv1.UploadTarRequest]) (*connect.Response[sandboxv1.UploadTarResponse], error) {
+	var id string
+	for st.Receive() {
+		if h := st.Msg().GetHeader(); h != nil {
+			id = h.GetSandboxId()
+		}
+	}
+	g.mu.Lock()
+	g.uploads = append(g.uploads, id)
+	g.mu.Unlock()
+	if g.gone[id] {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("sandbox "+id+" not found"))
+	}
+	return connect.NewResponse(&sandboxv1.UploadTarResponse{Files: 1}), nil
+}
+
+// TestRunCodeTakesAnotherWhenGone: a ready sandbox that vanished (a node
+// lost it) costs the call a retry, not a SandboxError; the call's
+// sandbox is still one nobody used.
+func TestRunCodeTakesAnotherWhenGone(t *testing.T) {
+	api := &goneAPI{gone: map[string]bool{"sb-a": true}}
+	mux := http.NewServeMux()
+	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(api))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	defer srv.Close()
+	c, err := dsec.New(dsec.Config{Addr: srv.URL, APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := newTestServer(t, Config{})
+	f := &fakeSandboxes{c: c}
+	s.newSandbox = f.create
+	var mu sync.Mutex
+	var deleted []string
+	s.deleteSandbox = func(_ context.Context, sb *dsec.Sandbox) error {
+		mu.Lock()
+		defer mu.Unlock()
+		deleted = append(deleted, sb.ID)
+		return nil
+	}
+	resp := s.RunCode(t.Context(), &RunCodeRequest{Language: "bash", Code: "true", RunTimeout: 1, CompileTimeout: 1})
+	// The fake runs no commands: the call got as far as running one.
+	if resp.RunResult == nil || strings.Contains(resp.Message, "write the code") {
+		t.Errorf("RunCode with a vanished first sandbox = %s %q, want the call to run in another", resp.Status, resp.Message)
+	}
+	api.mu.Lock()
+	uploads := slices.Clone(api.uploads)
+	api.mu.Unlock()
+	if d := cmp.Diff([]string{"sb-a", "sb-b"}, uploads); d != "" {
+		t.Errorf("uploads (-want +got):\n%s", d)
+	}
+	waitFor(t, "both sandboxes deleted", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(deleted) == 2
+	})
+	// Twice gone is a SandboxError.
+	api.gone = map[string]bool{"sb-c": true, "sb-d": true}
+	if resp := s.RunCode(t.Context(), &RunCodeRequest{Language: "bash", Code: "true", RunTimeout: 1, CompileTimeout: 1}); resp.Status != StatusSandboxError || !strings.Contains(resp.Message, "not found") {
+		t.Errorf("RunCode with two vanished sandboxes = %s %q, want SandboxError saying not found", resp.Status, resp.Message)
 	}
 }

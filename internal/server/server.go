@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,13 +32,11 @@ import (
 	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/edgeclient"
 	"github.com/dsecproject/dsec/internal/errdefs"
-	"github.com/dsecproject/dsec/internal/fusion"
 	"github.com/dsecproject/dsec/internal/metrics"
 	"github.com/dsecproject/dsec/internal/placement"
 	"github.com/dsecproject/dsec/internal/purge"
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/watcher"
-	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
 // Config configures `dsec up`. Zero fields take CONTRACT.md's defaults.
@@ -104,22 +101,6 @@ type Config struct {
 	MetricsPerSandbox bool
 }
 
-// FusionConfig configures the SandboxFusion-compatible run_code API.
-type FusionConfig struct {
-	// Listen is its address; empty turns it off.
-	Listen string
-	// KeyFile holds the API key its sandboxes are created with (default:
-	// the admin key). Beyond loopback it must be another key, and clients
-	// put it in the URL path: http://HOST:PORT/<key>/run_code.
-	KeyFile string
-	// Images maps languages to images (default: fusion.DefaultLanguages).
-	Images map[string]string
-	// PoolSize is the sandboxes created ahead per image (default 4,
-	// negative for none); Memory their default memory limit (1 GiB).
-	PoolSize int
-	Memory   int64
-}
-
 // DefaultStateDir is where `dsec up` keeps its state.
 const DefaultStateDir = "/var/lib/dsec"
 
@@ -165,21 +146,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return errdefs.Newf(errdefs.ErrUnavailable, "listen on %s (--listen): %v", cfg.Listen, err)
 	}
 	defer ln.Close()
-	var fusionLn net.Listener
-	fusionLoopback := true
-	if fc := cfg.SandboxFusion; fc.Listen != "" {
-		fusionLn, err = net.Listen("tcp", fc.Listen)
-		if err != nil {
-			return errdefs.Newf(errdefs.ErrUnavailable, "listen on %s (--sandboxfusion-listen): %v", fc.Listen, err)
-		}
+	fusionLn, err := listenFusion(&cfg.SandboxFusion, cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	if fusionLn != nil {
 		defer fusionLn.Close()
-		if a, ok := fusionLn.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
-			fusionLoopback = false
-			if fc.KeyFile == "" {
-				return errdefs.Newf(errdefs.ErrInvalidArgument, "--sandboxfusion-listen %s reaches beyond loopback, and SandboxFusion clients send no credentials: "+
-					"give it a key of its own with --sandboxfusion-key-file (dsec key create > FILE) and call http://HOST:PORT/<key>/run_code, or listen on 127.0.0.1", fc.Listen)
-			}
-		}
 	}
 
 	// Tell `dsec purge` what this node uses.
@@ -200,8 +172,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// Revoked keys, changed project limits and images are seen at once.
 	cacheWatch := store.WatchCaches()
 	defer cacheWatch.Close()
-	adminKey, err := store.EnsureAdminKey(ctx, filepath.Join(cfg.StateDir, "admin.key"))
-	if err != nil {
+	if _, err := store.EnsureAdminKey(ctx, filepath.Join(cfg.StateDir, "admin.key")); err != nil {
 		return fmt.Errorf("admin key: %w", err)
 	}
 	blobs, err := blobstore.New(filepath.Join(cfg.StateDir, "store"))
@@ -289,10 +260,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer w.Close()
 
 	var ready atomic.Bool
+	var serviceKeys apiserver.ServiceKeys
 	api := apiserver.New(apiserver.Config{
 		Cluster: store, Blobs: blobs, Watcher: w, Pool: pool,
 		Placer: placement.New(placement.Config{}), DefaultBackend: container.Name,
 		Ready: ready.Load, Logger: log, Metrics: mets, LazyLayers: cfg.LazyLayers, LazyChunkSize: cfg.ChunkSize, MaxRequestBytes: cfg.MaxRequestBytes,
+		ServiceKeys: &serviceKeys,
 	})
 	srv := &http.Server{Handler: api.Handler(), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
 	srvDone := make(chan error, 1)
@@ -301,7 +274,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	addr := "http://" + ln.Addr().String()
 	stopFusion := func() {}
 	if fusionLn != nil {
-		stop, err := startFusion(cfg.SandboxFusion, fusionLn, fusionLoopback, addr, adminKey, cfg.Node, log)
+		stop, err := startFusion(ctx, cfg.SandboxFusion, fusionLn, addr, &serviceKeys, api, cfg.Node, log)
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -335,64 +308,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	_ = srv.Shutdown(sctx)
 	<-srvDone
 	return nil
-}
-
-// startFusion serves the SandboxFusion API on ln, as a client of the API
-// at apiAddr, and returns what stops it (idempotent).
-func startFusion(fc FusionConfig, ln net.Listener, loopback bool, apiAddr, adminKey, node string, log *slog.Logger) (func(), error) {
-	key := adminKey
-	if fc.KeyFile != "" {
-		b, err := os.ReadFile(fc.KeyFile)
-		if err != nil {
-			return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "--sandboxfusion-key-file: %v", err)
-		}
-		key = strings.TrimSpace(string(b))
-		if key == "" {
-			return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "--sandboxfusion-key-file %s is empty: put an API key in it (dsec key create)", fc.KeyFile)
-		}
-	}
-	if !loopback && key == adminKey {
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "--sandboxfusion-key-file holds the admin key, and beyond loopback the key goes in URLs: create a key for it (dsec key create --project sandboxfusion > FILE)")
-	}
-	client, err := dsec.New(dsec.Config{Addr: apiAddr, APIKey: key, UserAgent: "dsec-sandboxfusion"})
-	if err != nil {
-		return nil, err
-	}
-	langs := fusion.DefaultLanguages()
-	for name, img := range fc.Images {
-		l, ok := langs[name]
-		if !ok {
-			client.Close()
-			return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "--sandboxfusion-image %s=%s: unknown language; known: python, bash, go", name, img)
-		}
-		l.Image = img
-		langs[name] = l
-	}
-	fs, err := fusion.New(fusion.Config{
-		Client: client, Languages: langs, PoolSize: fc.PoolSize, Memory: fc.Memory,
-		PathKey: key, KeyOnly: !loopback, Node: node, Logger: log,
-	})
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
-	fs.Start()
-	srv := &http.Server{Handler: fs.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(ctx)
-			<-done
-			if err := fs.Close(ctx); err != nil {
-				log.Warn("SandboxFusion API: shut down", "err", err)
-			}
-			client.Close()
-		})
-	}, nil
 }
 
 // h2c serves HTTP/1.1 and HTTP/2 without TLS (prior knowledge), so gRPC

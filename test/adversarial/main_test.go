@@ -68,7 +68,7 @@ func Env(t *testing.T) *platform.Platform {
 	t.Helper()
 	testenv.RequireRoot(t)
 	suite.platformOnce.Do(func() {
-		p := platform.Open(t, "adv")
+		p := platform.Open(t, "adv", fusionOptions(t))
 		suite.p = p // closed by TestMain even if the image build fails
 		p.Busybox(t)
 		suite.ready = true
