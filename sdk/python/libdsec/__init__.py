@@ -34,14 +34,14 @@ from .config import Config, load_config  # noqa: E402
 from .pack import Pack  # noqa: E402
 from .sandbox import Process, Sandbox  # noqa: E402
 from .client import DSecClient, DSecContainerRunArgs, WatchStream, parse_size  # noqa: E402
-from .types import DiskUsage, GCResult, ImageDetails, KeptLayer, LayerUsage  # noqa: E402
+from .types import DiskUsage, GCResult, ImageDetails, KeptLayer, LayerUsage, Project, ProjectLimits  # noqa: E402
 
 __all__ = [
     "DSecClient", "DSecContainerRunArgs", "Sandbox", "Process", "WatchStream", "parse_size",
     "Config", "load_config",
     "ExecResult", "ExitStatus", "OutputChunk", "ExecInfo", "FileInfo", "DirListing", "TarStats", "Stats",
     "Event", "BatchResult", "Resources", "Image", "ImageConfig", "Layer", "Key",
-    "DiskUsage", "GCResult", "ImageDetails", "KeptLayer", "LayerUsage",
+    "DiskUsage", "GCResult", "ImageDetails", "KeptLayer", "LayerUsage", "Project", "ProjectLimits",
     "DSecError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError", "FailedPreconditionError",
     "ResourceExhaustedError", "DeadlineExceededError", "UnauthenticatedError", "PermissionDeniedError",
     "UnavailableError", "InternalError", "CapabilityMissingError", "ArchiveError",

@@ -11,7 +11,7 @@ from ._transport import NoRetry, ServerStream, Transport
 from .config import Config, load_config
 from .sandbox import Sandbox, Source, _chunks
 from .types import BatchResult, Event, Image, ImageConfig, Key, Layer
-from .types import DiskUsage, GCResult, ImageDetails, LayerUsage
+from .types import DiskUsage, GCResult, ImageDetails, LayerUsage, Project
 
 __all__ = ["DSecClient", "DSecContainerRunArgs", "WatchStream", "parse_size", "MAX_BATCH"]
 
@@ -468,7 +468,8 @@ class DSecClient:
     # --- images -----------------------------------------------------------
 
     async def list_images(self, *, timeout: Optional[float] = None) -> List[Image]:
-        """Return every image."""
+        """Return every image the key may run: its project's and the public
+        ones (all for an admin key)."""
         resp = await self._transport().unary(_IMG + "ListImages", {}, timeout=self._call_timeout(timeout), safe=True)
         return [Image._from_json(i) for i in resp.get("images") or []]
 
@@ -479,11 +480,21 @@ class DSecClient:
         return Image._from_json(resp.get("image") or {})
 
     async def create_image(self, name: str, layer_digests: Iterable[str], config: Optional[ImageConfig] = None, *,
+                           force: bool = False, public: Optional[bool] = None,
                            timeout: Optional[float] = None) -> Image:
         """Register name (NAME[:TAG]) as the given stored layers, lowest
-        first, run as config says."""
-        msg = {"name": name, "layerDigests": _wire.string_list(layer_digests, "layer_digests"),
-               "config": (config or ImageConfig())._to_json()}
+        first, run as config says, owned by the key's project.
+
+        Onto an existing NAME:TAG only its project (or an admin key) may
+        write (PermissionDeniedError); other layers or config need
+        ``force=True`` (FailedPreconditionError otherwise), the same ones
+        again change nothing. ``public`` makes the image public (True) or
+        private (False); None keeps an existing image's visibility and makes
+        a new one private."""
+        msg: Dict[str, Any] = {"name": name, "layerDigests": _wire.string_list(layer_digests, "layer_digests"),
+                               "config": (config or ImageConfig())._to_json(), "force": bool(force)}
+        if public is not None:
+            msg["public"] = bool(public)
         resp = await self._transport().unary(_IMG + "CreateImage", msg, timeout=self._call_timeout(timeout),
                                              safe=True)
         return Image._from_json(resp.get("image") or {})
@@ -508,9 +519,18 @@ class DSecClient:
         return Layer(digest=lay.get("digest", ""), size=_wire.to_int(lay.get("size")),
                      media_type=lay.get("mediaType", ""))
 
+    async def set_image_public(self, name: str, public: bool = True, *, timeout: Optional[float] = None) -> Image:
+        """Make the image called name public (every project may run it) or
+        private (only its own); only its project or an admin key may."""
+        resp = await self._transport().unary(_IMG + "SetImagePublic", {"name": name, "public": bool(public)},
+                                             timeout=self._call_timeout(timeout), safe=True)
+        return Image._from_json(resp.get("image") or {})
+
     async def delete_image(self, name: str, *, timeout: Optional[float] = None) -> Image:
         """Remove the image called name (NAME[:TAG]) and return it as it
-        was. Its layers stay until garbage_collect finds them unused."""
+        was. Its layers stay until garbage_collect finds them unused. Only
+        its project or an admin key may (PermissionDeniedError; NotFoundError
+        for another project's private image)."""
         resp = await self._transport().unary(_IMG + "DeleteImage", {"name": name},
                                              timeout=self._call_timeout(timeout), safe=False)
         return Image._from_json(resp.get("image") or {})
@@ -552,12 +572,65 @@ class DSecClient:
         return Key._from_json(resp.get("key"))
 
     async def create_key(self, name: str = "", project: str = "", admin: bool = False, *,
+                         expires_in: Optional[_wire.Seconds] = None,
                          timeout: Optional[float] = None) -> Tuple[str, Key]:
         """Make a new API key; return its secret (shown only this once) and
-        its description. Only admin keys may call it."""
-        resp = await self._transport().unary(_ADM + "CreateKey", {"name": name, "project": project, "admin": admin},
-                                             timeout=self._call_timeout(timeout), safe=False)
+        its description. Only admin keys may call it. With ``expires_in``
+        (seconds or a timedelta) the key stops working that long from now
+        (UnauthenticatedError saying it expired)."""
+        msg: Dict[str, Any] = {"name": name, "project": project, "admin": admin}
+        if expires_in is not None:
+            secs = _wire.seconds_of(expires_in, "expires_in") or 0.0
+            if secs <= 0:
+                raise errors.InvalidArgumentError("create_key: expires_in %r is not positive" % (expires_in,))
+            msg["expiresIn"] = _wire.duration(secs)
+        resp = await self._transport().unary(_ADM + "CreateKey", msg, timeout=self._call_timeout(timeout), safe=False)
         return resp.get("secret", ""), Key._from_json(resp.get("key"))
+
+    async def list_keys(self, *, timeout: Optional[float] = None) -> List[Key]:
+        """Describe every API key, by ID (never a secret). Admin keys only."""
+        resp = await self._transport().unary(_ADM + "ListKeys", {}, timeout=self._call_timeout(timeout), safe=True)
+        return [Key._from_json(k) for k in resp.get("keys") or []]
+
+    async def revoke_key(self, id: str, *, timeout: Optional[float] = None) -> Key:
+        """Delete the API key with this ID and return it as it was; every
+        server refuses it within a second. Admin keys only."""
+        resp = await self._transport().unary(_ADM + "RevokeKey", {"id": id}, timeout=self._call_timeout(timeout),
+                                             safe=False)
+        return Key._from_json(resp.get("key"))
+
+    # --- projects ---------------------------------------------------------
+
+    async def get_project(self, name: str = "", *, timeout: Optional[float] = None) -> Project:
+        """Return a project's limits and usage ("" for the key's own; other
+        projects need an admin key)."""
+        resp = await self._transport().unary(_ADM + "GetProject", {"name": name},
+                                             timeout=self._call_timeout(timeout), safe=True)
+        return Project._from_json(resp.get("project"))
+
+    async def set_project_limits(self, name: str, *, memory_bytes: Optional[int] = None,
+                                 sandboxes: Optional[int] = None, max_ttl: Optional[_wire.Seconds] = None,
+                                 timeout: Optional[float] = None) -> Project:
+        """Change a project's limits (admin keys only); None keeps a limit,
+        0 removes a memory or sandbox limit. max_ttl is seconds or a
+        timedelta. Creates beyond the limits are ResourceExhaustedError, TTLs
+        above max_ttl InvalidArgumentError."""
+        msg: Dict[str, Any] = {"name": name}
+        if memory_bytes is not None:
+            msg["memoryBytes"] = str(int(memory_bytes))
+        if sandboxes is not None:
+            msg["sandboxes"] = str(int(sandboxes))
+        if max_ttl is not None:
+            msg["maxTtl"] = _wire.duration(_wire.seconds_of(max_ttl, "max_ttl") or 0.0)
+        resp = await self._transport().unary(_ADM + "SetProjectLimits", msg, timeout=self._call_timeout(timeout),
+                                             safe=True)
+        return Project._from_json(resp.get("project"))
+
+    async def list_projects(self, *, timeout: Optional[float] = None) -> List[Project]:
+        """The projects that have keys or limits, by name (admin keys only)."""
+        resp = await self._transport().unary(_ADM + "ListProjects", {}, timeout=self._call_timeout(timeout),
+                                             safe=True)
+        return [Project._from_json(p) for p in resp.get("projects") or []]
 
 
 class WatchStream:

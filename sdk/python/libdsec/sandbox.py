@@ -170,7 +170,8 @@ class Sandbox:
         resp = await self._t.unary(_SVC + "Stats", {"id": self.id}, timeout=self._timeout(timeout), safe=True)
         return Stats._from_json(resp)
 
-    async def pack_diff(self, name: str, *, scrub: Iterable[str] = (), timeout: Optional[float] = 600) -> Pack:
+    async def pack_diff(self, name: str, *, scrub: Iterable[str] = (), force: bool = False,
+                        public: Optional[bool] = None, timeout: Optional[float] = 600) -> Pack:
         """Pack the sandbox's changes into a new environment (pack_diff).
 
         The sandbox's writable layer becomes a new read-only layer, and name
@@ -183,14 +184,21 @@ class Sandbox:
         environment had them). The sandbox is frozen while its writable
         layer is read, then runs on.
 
+        The new environment belongs to the key's project and is private
+        unless ``public=True``. Onto an existing NAME:TAG only its project
+        (or an admin key) may pack (PermissionDeniedError), and other layers
+        need ``force=True``.
+
         Raises FailedPreconditionError while another pack of the sandbox
         runs or when it is being deleted, NotFoundError once it is deleted.
         """
         if not name or not isinstance(name, str):
             raise errors.InvalidArgumentError("pack: no name given for the new environment (example: myenv:1)")
         paths = _wire.string_list([scrub] if isinstance(scrub, str) else scrub, "scrub")
-        resp = await self._t.unary(_SVC + "PackDiff", {"sandboxId": self.id, "name": name, "scrub": paths},
-                                   timeout=self._timeout(timeout), safe=False)
+        msg: Dict[str, Any] = {"sandboxId": self.id, "name": name, "scrub": paths, "force": bool(force)}
+        if public is not None:
+            msg["public"] = bool(public)
+        resp = await self._t.unary(_SVC + "PackDiff", msg, timeout=self._timeout(timeout), safe=False)
         return Pack._from_json(resp)
 
     # --- commands ---------------------------------------------------------

@@ -361,13 +361,17 @@ class ImageConfig:
 @dataclasses.dataclass
 class Image:
     """A named, ordered list of layers (an environment); name is NAME:TAG,
-    layers lowest first, size their sum."""
+    layers lowest first, size their sum. project made it: only it (or an
+    admin key) deletes or rewrites it. A public image runs for every
+    project, a private one only for its own."""
 
     name: str
     layers: List[Layer] = dataclasses.field(default_factory=list)
     config: ImageConfig = dataclasses.field(default_factory=ImageConfig)
     created_at: Optional[datetime.datetime] = None
     size: int = 0
+    project: str = ""
+    public: bool = False
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "Image":
@@ -378,7 +382,8 @@ class Image:
                    config=ImageConfig(env=list(c.get("env") or []), workdir=c.get("workdir", ""),
                                       user=c.get("user", ""), entrypoint=list(c.get("entrypoint") or []),
                                       cmd=list(c.get("cmd") or [])),
-                   created_at=_wire.parse_timestamp(m.get("createdAt")), size=_wire.to_int(m.get("size")))
+                   created_at=_wire.parse_timestamp(m.get("createdAt")), size=_wire.to_int(m.get("size")),
+                   project=m.get("project", ""), public=bool(m.get("public")))
 
 
 @dataclasses.dataclass
@@ -391,12 +396,50 @@ class Key:
     project: str = ""
     admin: bool = False
     created_at: Optional[datetime.datetime] = None
+    #: When the key stops working; None: never.
+    expires_at: Optional[datetime.datetime] = None
 
     @classmethod
     def _from_json(cls, m: Optional[Mapping[str, Any]]) -> "Key":
         m = m or {}
         return cls(id=m.get("id", ""), name=m.get("name", ""), project=m.get("project", ""),
-                   admin=bool(m.get("admin")), created_at=_wire.parse_timestamp(m.get("createdAt")))
+                   admin=bool(m.get("admin")), created_at=_wire.parse_timestamp(m.get("createdAt")),
+                   expires_at=_wire.parse_timestamp(m.get("expiresAt")))
+
+
+@dataclasses.dataclass
+class ProjectLimits:
+    """What a project's live sandboxes may hold at once on all nodes:
+    memory_bytes (sum of their memory limits) and sandboxes, 0 for no
+    limit; max_ttl_s is the longest hard or idle TTL in seconds (7 days
+    unless set)."""
+
+    memory_bytes: int = 0
+    sandboxes: int = 0
+    max_ttl_s: float = 0.0
+
+
+@dataclasses.dataclass
+class Project:
+    """A project's limits and what its live sandboxes hold (as the nodes
+    last reported); keys counts its API keys (for admin keys only)."""
+
+    name: str
+    limits: ProjectLimits = dataclasses.field(default_factory=ProjectLimits)
+    memory_bytes: int = 0
+    sandboxes: int = 0
+    keys: int = 0
+
+    @classmethod
+    def _from_json(cls, m: Optional[Mapping[str, Any]]) -> "Project":
+        m = m or {}
+        lim, use = m.get("limits") or {}, m.get("usage") or {}
+        return cls(name=m.get("name", ""),
+                   limits=ProjectLimits(memory_bytes=_wire.to_int(lim.get("memoryBytes")),
+                                        sandboxes=_wire.to_int(lim.get("sandboxes")),
+                                        max_ttl_s=_wire.parse_duration(lim.get("maxTtl"))),
+                   memory_bytes=_wire.to_int(use.get("memoryBytes")), sandboxes=_wire.to_int(use.get("sandboxes")),
+                   keys=_wire.to_int(m.get("keys")))
 
 
 def _layer_from_json(m: Mapping[str, Any]) -> Layer:
