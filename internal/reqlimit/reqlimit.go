@@ -15,12 +15,14 @@
 // A body whose declared length is over its bound is refused before a byte
 // of it is read, with ResourceExhausted in the protocol of the request
 // (Connect, gRPC or gRPC-Web); one without a declared length is cut at the
-// bound by http.MaxBytesReader, which Connect reports as ResourceExhausted.
+// bound, with the same error. Other handlers (/healthz, /metrics) get
+// http.MaxBytesReader and 413.
 package reqlimit
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -124,16 +126,50 @@ func (l *Limits) Handler(h http.Handler) http.Handler {
 			}
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		if _, proc := l.procs[r.URL.Path]; proc {
+			// Connect passes a *connect.Error of the body on as it is.
+			r.Body = &body{ReadCloser: r.Body, left: limit, err: connect.NewError(connect.CodeResourceExhausted,
+				errors.New(l.message(r.URL.Path, -1, limit)))}
+		} else {
+			r.Body = http.MaxBytesReader(w, r.Body, limit)
+		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-// message says why a body of n bytes to path is refused and what to do.
-func (l *Limits) message(path string, n, limit int64) string {
-	if _, known := l.procs[path]; known && limit < l.max {
-		return fmt.Sprintf("the request is %d bytes; %s takes at most %d (it names things and sets options, it does not carry data): "+
-			"send files with the file API or dsec cp", n, path, limit)
+// body is a request body of a procedure cut at a bound: past it, reads
+// fail with err, a ResourceExhausted that says what to do.
+type body struct {
+	io.ReadCloser
+	left int64
+	err  error
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, b.err
 	}
-	return fmt.Sprintf("the request is %d bytes, more than the %d this server accepts (dsec up --max-request-size): send less at a time", n, limit)
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return 0, b.err
+	}
+	return n, err
+}
+
+// message says why a body of n bytes (-1: more than limit) to path is
+// refused and what to do.
+func (l *Limits) message(path string, n, limit int64) string {
+	size := "the request is more than that"
+	if n >= 0 {
+		size = fmt.Sprintf("the request is %d bytes", n)
+	}
+	if _, known := l.procs[path]; known && limit < l.max {
+		return fmt.Sprintf("%s takes at most %d bytes (it names things and sets options, it does not carry data) and %s: "+
+			"send files with the file API or dsec cp", path, limit, size)
+	}
+	return fmt.Sprintf("this server takes requests of at most %d bytes (dsec up --max-request-size) and %s: send less at a time", limit, size)
 }
