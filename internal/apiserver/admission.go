@@ -14,7 +14,9 @@ package apiserver
 // flight: a project may go over by what the others admitted since their
 // nodes' last report (at most one poll interval of creates). A refused
 // create polls the nodes again first (at most twice a second), so a project
-// that just deleted sandboxes is not refused on a stale report.
+// that just deleted sandboxes is not refused on a stale report. A retry of
+// a create with its idempotency key counts again until its node's next
+// report (the edge returns the sandbox it made, but the ledger cannot tell).
 
 import (
 	"context"
@@ -209,6 +211,11 @@ func (l *projectLedger) usedLocked(proj string, nodes []watcher.NodeState, now t
 	var u projectUse
 	for _, n := range nodes {
 		if n.Status == nil {
+			continue
+		}
+		if len(n.Status.GetProjects()) == 0 && n.Status.GetSandboxes() > 0 {
+			// An edge older than per-project reports: its report covers
+			// none of the creates this apiserver counts.
 			continue
 		}
 		seen[n.Node.Name] = n.Seen
