@@ -274,6 +274,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	addr := "http://" + ln.Addr().String()
 	stopFusion := func() {}
 	if fusionLn != nil {
+		if cfg.SandboxFusion.MaxBodyBytes == 0 {
+			cfg.SandboxFusion.MaxBodyBytes = cfg.MaxRequestBytes
+		}
 		stop, err := startFusion(ctx, cfg.SandboxFusion, fusionLn, addr, &serviceKeys, api, cfg.Node, log)
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
