@@ -55,16 +55,17 @@ func readNum(t *testing.T, file string) (int64, bool) {
 	return v, true
 }
 
-// wantCeilings is what docs/security.md says the parent's ceilings are by
-// default: pid_max (or threads-max) minus the larger of 25% and 4,096, and
-// MemTotal minus the larger of 10% and 1 GiB.
+// wantCeilings is what docs/ceilings.md says the parent's ceilings are:
+// pid_max (or threads-max) minus the reserve (the shared platform's
+// hostPidsReserve, the larger of 50% and 4,096, where the default is 25%),
+// and MemTotal minus the default reserve, the larger of 10% and 1 GiB.
 func wantCeilings(t *testing.T) (ceiling.Host, ceiling.Sandboxes) {
 	t.Helper()
 	h, err := ceiling.ReadHost()
 	if err != nil {
 		t.Fatalf("ReadHost() = %v", err)
 	}
-	pids := h.Tasks - max((h.Tasks+3)/4, 4096)
+	pids := h.Tasks - max((h.Tasks+1)/2, 4096) // hostPidsReserve
 	mem := h.MemoryBytes - max((h.MemoryBytes+9)/10, 1<<30)
 	return h, ceiling.Sandboxes{Pids: pids, MemoryBytes: mem}
 }
@@ -80,7 +81,7 @@ func TestHostCeilingsSet(t *testing.T) {
 	h, want := wantCeilings(t)
 	pidsMax, _, memMax := parentFiles(t, p.CgroupParent)
 	if v, ok := readNum(t, pidsMax); !ok || v != want.Pids {
-		t.Errorf("%s = %d (set %v), want %d: the host's %d tasks minus the larger of 25%% and 4096", pidsMax, v, ok, want.Pids, h.Tasks)
+		t.Errorf("%s = %d (set %v), want %d: the host's %d tasks minus the larger of 50%% and 4096 (the shared platform's --host-pids-reserve)", pidsMax, v, ok, want.Pids, h.Tasks)
 	}
 	// 10% rounds up to a whole byte, and v1 rounds limits down to pages.
 	if v, ok := readNum(t, memMax); !ok || v > want.MemoryBytes || v < want.MemoryBytes-4096 {

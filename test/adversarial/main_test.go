@@ -22,6 +22,9 @@ import (
 // test's name as its value.
 const LabelKey = "adversarial"
 
+// hostPidsReserve is the shared platform's --host-pids-reserve.
+const hostPidsReserve = "50%,4096"
+
 // IntruderProject is the project of Intruder's key; the shared platform's
 // sandboxes are made with the admin key in project "default".
 const IntruderProject = "intruder"
@@ -68,7 +71,12 @@ func Env(t *testing.T) *platform.Platform {
 	t.Helper()
 	testenv.RequireRoot(t)
 	suite.platformOnce.Do(func() {
-		p := platform.Open(t, "adv", fusionOptions(t))
+		p := platform.Open(t, "adv", fusionOptions(t), func(p *platform.Platform) {
+			// Half the host's tasks, not the default quarter: the fork
+			// bombs fill the ceiling while other test packages run beside
+			// this one.
+			p.Extra = append(p.Extra, "--host-pids-reserve", hostPidsReserve)
+		})
 		suite.p = p // closed by TestMain even if the image build fails
 		p.Busybox(t)
 		suite.ready = true
