@@ -225,11 +225,14 @@ def extract(fileobj: IO[bytes], local_dir: str, base: str) -> None:
                 fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
                 with os.fdopen(fd, "wb") as f:
                     if src is not None:
+                        # Chunks of zeros (a sparse entry's holes among
+                        # them) are skipped: holes here too.
                         while True:
                             b = src.read(CHUNK)
                             if not b:
                                 break
-                            f.write(b)
+                            _write_holey(f, b)
+                        f.truncate()
                     os.fchmod(f.fileno(), perm)
                 os.utime(full, (m.mtime, m.mtime))
             elif m.issym():
@@ -253,6 +256,31 @@ def extract(fileobj: IO[bytes], local_dir: str, base: str) -> None:
     for full, perm, mtime in reversed(dirs):
         os.chmod(full, perm)
         os.utime(full, (mtime, mtime))
+
+
+HOLE_BLOCK = 4096
+
+
+def _write_holey(f: IO[bytes], b: bytes) -> None:
+    """Write b at f's position, seeking over its whole zero blocks."""
+    if b.count(0) == len(b):
+        f.seek(len(b), os.SEEK_CUR)
+        return
+    i = 0
+    while i < len(b):
+        j = min(i + HOLE_BLOCK, len(b))
+        if b[i:j].count(0) == j - i:
+            f.seek(j - i, os.SEEK_CUR)
+            i = j
+            continue
+        k = j
+        while k < len(b):
+            e = min(k + HOLE_BLOCK, len(b))
+            if b[k:e].count(0) == e - k:
+                break
+            k = e
+        f.write(b[i:k])
+        i = k
 
 
 class _SpoolWriter:

@@ -119,6 +119,31 @@ class TarTest(unittest.TestCase):
         with open(os.path.join(dst, "f")) as f:
             self.assertEqual(f.read(), "new")
 
+    def test_sparse_entry_stays_sparse(self):
+        """A PAX GNU sparse 1.0 entry, as the server sends a file with
+        holes, is extracted with its holes."""
+        real = 1 << 30
+        sparse_map = b"2\n0\n4\n%d\n4\n" % (real - 4)
+        sparse_map += b"\0" * (-len(sparse_map) % 512)
+        data = sparse_map + b"headtail"
+        info = entry("GNUSparseFile.0/big")
+        info.pax_headers = {
+            "GNU.sparse.major": "1",
+            "GNU.sparse.minor": "0",
+            "GNU.sparse.name": "big",
+            "GNU.sparse.realsize": str(real),
+        }
+        dst = os.path.join(self.root, "out")
+        _tar.extract(archive((info, data)), dst, "out")
+        path = os.path.join(dst, "big")
+        st = os.stat(path)
+        self.assertEqual(st.st_size, real)
+        self.assertLess(st.st_blocks * 512, 1 << 20, "the holes were written")
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(4), b"head")
+            f.seek(real - 4)
+            self.assertEqual(f.read(), b"tail")
+
 
 if __name__ == "__main__":
     unittest.main()
