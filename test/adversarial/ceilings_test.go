@@ -107,7 +107,9 @@ func TestForkBombsTogether(t *testing.T) {
 	h, want := wantCeilings(t)
 	sbs := make([]*dsec.Sandbox, n)
 	for i := range sbs {
-		sbs[i] = NewSandbox(t, dsec.CreateOptions{Memory: 1 << 30})
+		// A small CPU cap each: the bombs are about tasks, and the test
+		// packages that run beside this one need the machine's cores.
+		sbs[i] = NewSandbox(t, dsec.CreateOptions{Memory: 1 << 30, CPUs: 0.15})
 	}
 	calm := Shared(t)
 	pidsMax, pidsCur, _ := parentFiles(t, p.CgroupParent)
