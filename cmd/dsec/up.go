@@ -43,6 +43,8 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		chunkCacheSize                  string
 		chunkSize                       string
 		ceil                            ceilingFlags
+		maxRequestSize                  string
+		metricsPerSandbox               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -110,6 +112,10 @@ Build its images first (see docs/sandboxfusion.md):
 			if fusionPool == 0 {
 				fusionPool = -1 // none; zero is the package default
 			}
+			maxReq, err := dsec.ParseSize(maxRequestSize)
+			if err != nil || maxReq < 64<<10 {
+				return usageErrorf("--max-request-size %q: want a size of at least 64K, such as 64M", maxRequestSize)
+			}
 			pidsRes, memRes, err := ceil.parseHost()
 			if err != nil {
 				return err
@@ -133,6 +139,7 @@ Build its images first (see docs/sandboxfusion.md):
 				IDMap: rootfs.IDMap{HostID: uidBase, Size: uidCount}, UIDRanges: uidRanges,
 				Defaults:         edge.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
+				MaxRequestBytes: maxReq, MetricsPerSandbox: metricsPerSandbox,
 				Version: buildVersion(), Logger: log,
 			})
 		},
@@ -163,6 +170,8 @@ Build its images first (see docs/sandboxfusion.md):
 	f.StringVar(&blobSource, "blob-source", "", "where this node reads lazy layers from: dir:/path (a blob store directory) or http://host:port (dsec blobserver); empty mounts every layer from a local image")
 	f.StringVar(&chunkCache, "chunk-cache", "", "directory of the node's chunk cache for lazy layers (default <state-dir>/chunks)")
 	f.StringVar(&chunkCacheSize, "chunk-cache-size", "0", "cap of the chunk cache, e.g. 20G (0: no cap)")
+	f.StringVar(&maxRequestSize, "max-request-size", "64M", "largest request body of an API call, and largest message of a stream, on every listener (calls that carry no data, such as create, take at most 1M of it); file, tar and layer uploads stream under their own total limits")
+	f.BoolVar(&metricsPerSandbox, "metrics-per-sandbox", false, "also export series per sandbox ID (CPU, memory and their limits) at /metrics; without it /metrics, which needs no key on loopback, shows only aggregates by project, backend and state")
 	f.StringVar(&chunkSize, "chunk-size", "1M", "size of the chunks lazy layers are fetched, verified and cached in: the chunk digests of layers stored with --lazy-layers, and this node's chunk cache (a power of two, 4K-64M; a node refuses layers stored with another size)")
 	return cmd
 }
