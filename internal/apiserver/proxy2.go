@@ -151,6 +151,17 @@ func (p *sandboxProxy) UploadTar(ctx context.Context, stream *connect.ClientStre
 // watchKeepalive is how often a quiet watch stream gets a keepalive.
 const watchKeepalive = 10 * time.Second
 
+// deadlineSlack is how close to its deadline a context counts as at it:
+// a deadline sent on in whole milliseconds ends up to a millisecond early,
+// plus the time the news of it takes.
+const deadlineSlack = 50 * time.Millisecond
+
+// deadlineNear reports whether ctx ends within deadlineSlack.
+func deadlineNear(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < deadlineSlack
+}
+
 // Watch merges the watch streams of every healthy node. When one of them
 // fails the watch ends with Unavailable, and the client watches again.
 func (p *sandboxProxy) Watch(ctx context.Context, req *connect.Request[sandboxv1.WatchRequest], stream *connect.ServerStream[sandboxv1.WatchResponse]) error {
@@ -186,6 +197,12 @@ func (p *sandboxProxy) Watch(ctx context.Context, req *connect.Request[sandboxv1
 				err = src.Err()
 			}
 			if ctx.Err() == nil {
+				if err == nil && deadlineNear(ctx) {
+					// The node's copy of the request's deadline (sent in
+					// whole milliseconds) ran out a moment before ours:
+					// the watch ends with the deadline, not as a failure.
+					return
+				}
 				if err == nil {
 					err = errdefs.Newf(errdefs.ErrUnavailable, "node %s ended its watch stream", name)
 				}

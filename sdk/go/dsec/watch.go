@@ -83,13 +83,21 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions, fn func(Event) er
 			return err
 		}
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || endsNow(ctx) {
 		return nil
 	}
 	if err := stream.Err(); err != nil {
 		return c.err(err)
 	}
 	return newError(ErrUnavailable, "the server ended the watch stream; watch again (with Initial to catch up)")
+}
+
+// endsNow reports whether ctx's deadline is at most a moment away: the
+// server learns it in whole milliseconds, so its copy may run out first
+// and end the stream just before ctx does.
+func endsNow(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < 50*time.Millisecond
 }
 
 func (c *Client) eventFromProto(p *sandboxv1.Event) Event {
