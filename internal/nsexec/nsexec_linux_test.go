@@ -787,6 +787,13 @@ func filterPipe(t *testing.T, filter []byte) *os.File {
 // returns its pid once it runs as init.
 func startInit(t *testing.T, cloneflags uintptr) int {
 	t.Helper()
+	return startInitAs(t, self(t), &syscall.SysProcAttr{Cloneflags: cloneflags})
+}
+
+// startInitAs starts bin as a sandbox init with the process attributes sys
+// and returns its pid once it runs as init.
+func startInitAs(t *testing.T, bin string, sys *syscall.SysProcAttr) int {
+	t.Helper()
 	extra, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
@@ -794,10 +801,10 @@ func startInit(t *testing.T, cloneflags uintptr) int {
 	defer extra.Close()
 	filter := filterPipe(t, denyMkdir())
 	defer filter.Close()
-	cmd := exec.Command(self(t))
+	cmd := exec.Command(bin)
 	cmd.Env = InitEnv()
 	cmd.ExtraFiles = []*os.File{extra, filter} // fd 3 init must close, fd 4 its filter
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: cloneflags}
+	cmd.SysProcAttr = sys
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -868,26 +875,7 @@ func TestInitIsHardened(t *testing.T) {
 // would show 1000.
 func TestInitNotDumpable(t *testing.T) {
 	testenv.RequireRoot(t)
-	null, _ := os.Open(os.DevNull)
-	defer null.Close()
-	filter := filterPipe(t, denyMkdir())
-	defer filter.Close()
-	cmd := exec.Command(publicSelf(t))
-	cmd.Env = InitEnv()
-	cmd.ExtraFiles = []*os.File{null, filter}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	pid := cmd.Process.Pid
-	waitFor(t, "init to start waiting for signals", func() bool {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
-		return err == nil && strings.Contains(string(b), "sigtimedwait")
-	})
+	pid := startInitAs(t, publicSelf(t), &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}})
 	var st syscall.Stat_t
 	if err := syscall.Stat(fmt.Sprintf("/proc/%d/mem", pid), &st); err != nil {
 		t.Fatal(err)
