@@ -173,6 +173,18 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 			owned = append(owned, r)
 			kept = append(kept, w)
 			stdio[0], p.stdin = r, w
+		} else {
+			// No stdin: a pipe at its end, never the host's /dev/null,
+			// an inode of the host the command could hold or, were it
+			// ever chowned, chmod.
+			r, w, err := os.Pipe()
+			if err != nil {
+				closeKept()
+				return fail(err)
+			}
+			w.Close()
+			owned = append(owned, r)
+			stdio[0] = r
 		}
 	}
 
@@ -209,6 +221,7 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		cfg.Cwd = "/"
 	}
 	tm.mark("oom")
+	spawned := time.Now()
 	child, err := k.spawn(cfg, stdio)
 	tm.mark("spawn")
 	if err != nil {
@@ -216,7 +229,7 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		return fail(err)
 	}
 	p.pid = child
-	exitCh := k.reaper.watch(child)
+	exitCh := k.reaper.watch(child, spawned)
 
 	var pumps sync.WaitGroup
 	var truncated [2]atomic.Bool

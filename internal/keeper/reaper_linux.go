@@ -97,15 +97,19 @@ func (r *reaper) deliver(pid int, ws syscall.WaitStatus) {
 
 // watch returns a channel that receives pid's wait status once. Call it
 // right after starting pid (or learning of it); an exit reaped before the
-// call is delivered too.
-func (r *reaper) watch(pid int) <-chan syscall.WaitStatus {
+// call is delivered too. since is a time before the process was made: an
+// exit reaped before it was an older process's of the same pid (pids are
+// reused, quickly on a node whose sandboxes fork a lot), never this one's.
+func (r *reaper) watch(pid int, since time.Time) <-chan syscall.WaitStatus {
 	ch := make(chan syscall.WaitStatus, 1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e, ok := r.early[pid]; ok {
 		delete(r.early, pid)
-		ch <- e.ws
-		return ch
+		if !e.at.Before(since) {
+			ch <- e.ws
+			return ch
+		}
 	}
 	r.waiters[pid] = ch
 	return ch
@@ -120,10 +124,19 @@ func (r *reaper) close() {
 // startProcess starts argv[0] with the given files and environment and
 // returns its pid and exit channel. The process is not waited for by
 // anything else.
+//
+// The fork happens under r.mu, so the process's exit cannot be delivered
+// before its waiter is registered, and an exit already recorded for its
+// pid is an older process's.
 func (r *reaper) startProcess(argv []string, env []string, files []uintptr, sys *syscall.SysProcAttr, dir string) (int, <-chan syscall.WaitStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: files, Sys: sys})
 	if err != nil {
 		return 0, nil, err
 	}
-	return pid, r.watch(pid), nil
+	delete(r.early, pid)
+	ch := make(chan syscall.WaitStatus, 1)
+	r.waiters[pid] = ch
+	return pid, ch, nil
 }

@@ -296,13 +296,14 @@ func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 		return err
 	}
 	tm.mark("bundle")
+	ran := time.Now()
 	pid, err := k.runtimeRun(ctx, slot, p)
 	tm.mark("runtime")
 	if err != nil {
 		return err
 	}
 	userns.Close() // the init holds the namespace now
-	exitCh := k.reaper.watch(pid)
+	exitCh := k.reaper.watch(pid, ran)
 	st, err := ProcStartTime(pid)
 	if err != nil {
 		return fmt.Errorf("sandbox init ended at start: %w", err)

@@ -39,6 +39,7 @@ func (zs *zygotes) get() *nsexec.Zygote {
 	if !zs.failedAt.IsZero() && time.Since(zs.failedAt) < zygoteRetry {
 		return nil
 	}
+	started := time.Now()
 	z, err := nsexec.StartZygote(zs.k.cfg.Self)
 	if err != nil {
 		zs.failedAt = time.Now()
@@ -47,7 +48,7 @@ func (zs *zygotes) get() *nsexec.Zygote {
 	}
 	zs.failedAt = time.Time{}
 	zs.cur = z
-	exited := zs.k.reaper.watch(z.Pid())
+	exited := zs.k.reaper.watch(z.Pid(), started)
 	go func() {
 		ws := <-exited
 		zs.mu.Lock()
@@ -102,9 +103,10 @@ func (k *Keeper) spawn(cfg nsexec.ExecConfig, stdio [3]*os.File) (int, error) {
 		// The zygote died between requests: the command did not start.
 		k.zyg.drop(z)
 	}
+	started := time.Now()
 	helper, child, err := nsexec.Spawn(k.cfg.Self, cfg, stdio)
 	if helper > 0 {
-		k.reaper.watch(helper)
+		k.reaper.watch(helper, started)
 	}
 	return child, err
 }

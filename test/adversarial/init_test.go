@@ -52,7 +52,9 @@ func TestHostDevNullUntouched(t *testing.T) {
 		_ = unix.Chmod("/dev/null", before.Mode&0o7777)
 	})
 	sb := NewSandbox(t, dsec.CreateOptions{})
-	r := Sh(t, sb, "chmod 600 /dev/null; chown 0:0 /dev/null; chmod 600 /proc/self/fd/0; ls -ln /dev/null")
+	chmod := Sh(t, sb, "chmod 600 /dev/null")
+	r := Sh(t, sb, "chown 0:0 /dev/null; chmod 600 /proc/self/fd/0 /proc/self/fd/1 /proc/self/fd/2; ls -ln /dev/null")
+	stdin := MustSh(t, sb, "readlink /proc/self/fd/0")
 	var after unix.Stat_t
 	if err := unix.Stat("/dev/null", &after); err != nil {
 		t.Fatal(err)
@@ -64,8 +66,11 @@ func TestHostDevNullUntouched(t *testing.T) {
 	if after.Uid != 0 {
 		t.Errorf("host /dev/null belongs to uid %d, want root: something chowned it", after.Uid)
 	}
-	if r.Code() == 0 {
+	if chmod.Code() == 0 {
 		t.Errorf("chmod 600 /dev/null inside = exit 0, want it refused")
+	}
+	if !strings.HasPrefix(stdin, "pipe:") {
+		t.Errorf("an exec's stdin is %q, want a pipe, not the host's /dev/null", stdin)
 	}
 }
 
