@@ -9,13 +9,11 @@ package edge
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -23,10 +21,10 @@ import (
 	"time"
 
 	"github.com/dsecproject/dsec/internal/ceiling"
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/metrics"
 	"github.com/dsecproject/dsec/internal/project"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // ImageResolver turns an image name into local layers.
@@ -137,15 +135,10 @@ type Edge struct {
 	streams       map[string]int       // open exec streams per sandbox
 }
 
-var nodeNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
-
-// ValidNodeName reports whether s can name a node.
-func ValidNodeName(s string) bool { return nodeNameRe.MatchString(s) }
-
 // New opens the node state, reconciles it with the backends and starts the
 // TTL reaper.
 func New(ctx context.Context, cfg Config) (*Edge, error) {
-	if !ValidNodeName(cfg.Node) {
+	if !sandbox.ValidNodeName(cfg.Node) {
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "node name %q: use 1-40 of [a-z0-9-], starting and ending with a letter or digit", cfg.Node)
 	}
 	if len(cfg.Backends) == 0 {
@@ -423,39 +416,11 @@ func (e *Edge) idleFor(id string, now time.Time) time.Duration {
 	return now.Sub(last)
 }
 
-// newID makes a sandbox ID: the node name, a dash and 12 random base32
-// characters; lowercase, a DNS label, at most 53 characters.
-func (e *Edge) newID() string {
-	return e.cfg.Node + "-" + randomString(12)
-}
+// newID makes a sandbox ID on this node.
+func (e *Edge) newID() string { return sandbox.NewID(e.cfg.Node) }
 
-const idAlphabet = "abcdefghijklmnopqrstuvwxyz234567"
-
-func randomString(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
-	}
-	for i := range b {
-		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
-	}
-	return string(b)
-}
-
-// NodeOfID returns the node that owns a sandbox ID.
-func NodeOfID(id string) (string, bool) {
-	i := strings.LastIndexByte(id, '-')
-	if i <= 0 || len(id)-i-1 != 12 || len(id) > 63 {
-		return "", false
-	}
-	for _, c := range id[i+1:] {
-		if !strings.ContainsRune(idAlphabet, c) {
-			return "", false
-		}
-	}
-	node := id[:i]
-	return node, ValidNodeName(node)
-}
+// NodeOfID returns the node that owns a sandbox ID (sandbox.NodeOfID).
+func NodeOfID(id string) (string, bool) { return sandbox.NodeOfID(id) }
 
 // Caller is who makes a request, as the control plane authenticated it.
 type Caller struct {

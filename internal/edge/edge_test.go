@@ -8,25 +8,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
-
-func TestNodeOfID(t *testing.T) {
-	e := &Edge{cfg: Config{Node: "node-7"}}
-	id := e.newID()
-	if node, ok := NodeOfID(id); !ok || node != "node-7" {
-		t.Errorf("NodeOfID(%q) = %q, %v, want node-7", id, node, ok)
-	}
-	if len(id) > 63 || strings.ToLower(id) != id {
-		t.Errorf("newID() = %q, want a lowercase DNS label", id)
-	}
-	for _, bad := range []string{"", "abc", "-aaaaaaaaaaaa", "node-AAAAAAAAAAAA", "node-aaaaaaaaaaa1", "node-aaaaaaaaaaa", "a_b-aaaaaaaaaaaa", strings.Repeat("a", 60) + "-aaaaaaaaaaaa"} {
-		if node, ok := NodeOfID(bad); ok {
-			t.Errorf("NodeOfID(%q) = %q, true, want false", bad, node)
-		}
-	}
-}
 
 func TestValidateLabels(t *testing.T) {
 	good := map[string]string{"job": "eval-3", "example.com/team": "rl_a", "empty": ""}

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // Event types the edge publishes to watchers.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // ExecParams is an exec request.
@@ -110,7 +110,7 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 		cwd = "/"
 	}
 	spec := sandbox.ExecSpec{
-		ID:          "x" + randomString(15),
+		ID:          "x" + sandbox.RandomString(15),
 		Argv:        argv,
 		Env:         execEnv(r, id, p.Env),
 		Cwd:         cwd,

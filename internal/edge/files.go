@@ -6,8 +6,8 @@ import (
 	"io"
 	"io/fs"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // ReadFile streams a file of a sandbox: send gets the file's info with the

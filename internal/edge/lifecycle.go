@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // CreateParams is a validated create request.

@@ -10,9 +10,9 @@ import (
 	"github.com/dsecproject/dsec/internal/apiserver"
 	"github.com/dsecproject/dsec/internal/cluster"
 	"github.com/dsecproject/dsec/internal/edge"
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/lazylayer"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 var (

@@ -24,9 +24,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/fusion"
 	"github.com/dsecproject/dsec/internal/keeper"
+	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/testenv"
 	"github.com/dsecproject/dsec/internal/testenv/platform"
 	"github.com/dsecproject/dsec/sdk/go/dsec"

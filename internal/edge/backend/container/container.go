@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/dsecproject/dsec/internal/ceiling"
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/keeper"
 	"github.com/dsecproject/dsec/internal/rootfs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // Name is the backend's API name.
@@ -182,12 +182,15 @@ func (b *Backend) ensureKeeper(ctx context.Context) error {
 	return keeper.Start(ctx, b.cfg.Self, b.cfg.StateDir, args)
 }
 
-// Name implements sandbox.Backend.
-func (b *Backend) Name() string { return Name }
-
-// Capabilities implements sandbox.Backend.
-func (b *Backend) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{MemoryLimit: true, PidsLimit: true, Restart: true, TTY: true, DiskLimit: b.cfg.DiskQuota != "off"}
+// Describe implements sandbox.Backend.
+func (b *Backend) Describe() sandbox.Description {
+	d := sandbox.Description{Name: Name, Tier: sandbox.TierContainer, Features: []sandbox.Capability{
+		sandbox.CapMemoryLimit, sandbox.CapPidsLimit, sandbox.CapTTY, sandbox.CapRestart,
+	}}
+	if b.cfg.DiskQuota != "off" {
+		d.Features = append(d.Features, sandbox.CapDiskLimit)
+	}
+	return d
 }
 
 // Keeper returns the client of the node's keeper.
@@ -198,6 +201,9 @@ func (b *Backend) IDMap() rootfs.IDMap { return b.cfg.IDMap }
 
 // Create implements sandbox.Backend.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Status, error) {
+	if err := sandbox.CheckSpec(b, spec); err != nil {
+		return sandbox.Status{}, err
+	}
 	info, err := b.keeper.Create(ctx, keeper.CreateRequest{ID: spec.ID, Layers: spec.Layers, Resources: spec.Resources})
 	if err != nil {
 		return sandbox.Status{}, err

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
-	"github.com/dsecproject/dsec/internal/edge/sandbox/sandboxtest"
 	"github.com/dsecproject/dsec/internal/keeper"
 	"github.com/dsecproject/dsec/internal/layer"
+	"github.com/dsecproject/dsec/internal/sandbox"
+	"github.com/dsecproject/dsec/internal/sandbox/sandboxtest"
 	"github.com/dsecproject/dsec/internal/testenv"
 )
 

@@ -8,7 +8,7 @@ import (
 	"io"
 	"io/fs"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // ReadFile needs Linux.

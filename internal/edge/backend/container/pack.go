@@ -3,8 +3,8 @@ package container
 import (
 	"context"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/keeper"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 var _ sandbox.Packer = (*Backend)(nil)

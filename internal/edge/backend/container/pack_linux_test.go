@@ -15,9 +15,9 @@ import (
 
 	"github.com/erofs/go-erofs"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
-	"github.com/dsecproject/dsec/internal/edge/sandbox/sandboxtest"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
+	"github.com/dsecproject/dsec/internal/sandbox/sandboxtest"
 )
 
 func shell(t *testing.T, b *Backend, id, script string) string {

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
-	"github.com/dsecproject/dsec/internal/edge/sandbox/sandboxtest"
+	"github.com/dsecproject/dsec/internal/sandbox"
+	"github.com/dsecproject/dsec/internal/sandbox/sandboxtest"
 )
 
 // TestWarmSandboxes creates sandboxes of one shape: after the first, the

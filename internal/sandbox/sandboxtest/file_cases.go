@@ -8,16 +8,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
-func init() {
-	Cases = append(Cases,
-		Case{"FileOperations", always, testFileOps},
-		Case{"TarRoundTrip", always, testTarRoundTrip},
-		Case{"BadTarRefusedBeforeWriting", always, testBadTar},
-	)
+func fileCases() []Case {
+	return []Case{
+		{Name: "FileOperations", Run: testFileOps},
+		{Name: "TarRoundTrip", Run: testTarRoundTrip},
+		{Name: "BadTarRefusedBeforeWriting", Run: testBadTar},
+		{Name: "DiskLimitEnforced", Needs: []sandbox.Capability{sandbox.CapDiskLimit}, Run: testDiskLimit},
+	}
 }
 
 func testFileOps(t *testing.T, f *Fixture) {
@@ -167,10 +168,6 @@ func testBadTar(t *testing.T, f *Fixture) {
 	if r := Exec(t, f, id, sh("ls -A /dst; ls /etc/evil /escape 2>&1 | wc -l")); r.Stdout != "keep\n2\n" {
 		t.Errorf("after refused tars /dst holds %q: something was written", r.Stdout)
 	}
-}
-
-func init() {
-	Cases = append(Cases, Case{"DiskLimitEnforced", func(c sandbox.Capabilities) bool { return c.DiskLimit }, testDiskLimit})
 }
 
 func testDiskLimit(t *testing.T, f *Fixture) {

@@ -1,8 +1,9 @@
 // Package sandboxtest is the conformance suite every sandbox.Backend
 // passes: container today, and fncall, microvm, vm and gVisor as they land.
-// Cases are tagged with the capabilities they need, so each backend runs
-// the cases that apply to it. The suite drives real sandboxes; there is no
-// fake backend.
+// Each case names the isolation tiers it belongs to and the capabilities
+// it needs, so each backend runs the cases that apply to it. The suite
+// drives real sandboxes. Fake is a hand-written backend in memory for the
+// edge's own tests; it passes the cases of no tier in particular.
 package sandboxtest
 
 import (
@@ -14,14 +15,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // Fixture is what a backend's test gives the suite.
@@ -37,45 +39,73 @@ type Fixture struct {
 	// limit case); nil skips that check.
 	Pids func(t *testing.T, id string) int64
 	// Reopen closes the backend and opens a new one on the same state, as
-	// a restarted edge would (for backends with Capabilities.Restart).
+	// a restarted edge would (for backends with sandbox.CapRestart).
 	Reopen func(t *testing.T) sandbox.Backend
 }
 
 // Case is one conformance case.
 type Case struct {
 	Name string
-	// Needs says whether a backend with these capabilities runs the case.
-	Needs func(sandbox.Capabilities) bool
+	// Tiers are the isolation tiers the case belongs to; nil is every
+	// tier. A tier's own policy (a container must refuse new user
+	// namespaces) is checked for that tier only.
+	Tiers []sandbox.Tier
+	// Needs are the capabilities a backend must have to run the case.
+	Needs []sandbox.Capability
 	Run   func(t *testing.T, f *Fixture)
 }
 
-func always(sandbox.Capabilities) bool { return true }
+// sharedKernel are the tiers whose sandboxes run on the host's kernel.
+var sharedKernel = []sandbox.Tier{sandbox.TierProcess, sandbox.TierContainer}
 
-// Cases are the conformance cases.
-var Cases = []Case{
-	{"ExecStdoutStderrExit", always, testExecStreams},
-	{"ExitCodesAndSignals", always, testExitCodes},
-	{"CommandNotFound", always, testNotFound},
-	{"EnvCwdUserHostname", always, testEnvCwdUser},
-	{"FileRoundTrip", always, testFileRoundTrip},
-	{"SymlinkEscapeRefused", always, testSymlinkEscape},
-	{"KernelFilesRefused", always, testKernelFiles},
-	{"MemoryLimitOOMKills", func(c sandbox.Capabilities) bool { return c.MemoryLimit }, testOOM},
-	{"PidsLimitStopsForkBomb", func(c sandbox.Capabilities) bool { return c.PidsLimit }, testForkBomb},
-	{"DeleteLeavesNothing", always, testDeleteClean},
-	{"ExecOnDeletedIsNotFound", always, testExecDeleted},
-	{"SurvivesRestart", func(c sandbox.Capabilities) bool { return c.Restart }, testRestart},
+// Cases returns the conformance cases, each listed here once: no case
+// registers itself.
+func Cases() []Case {
+	return slices.Concat(lifecycleCases(), execCases(), fileCases())
 }
 
-// Run runs every case the backend's capabilities allow. newFixture is
-// called once; cases share its backend.
+func lifecycleCases() []Case {
+	return []Case{
+		{Name: "ExecStdoutStderrExit", Run: testExecStreams},
+		{Name: "ExitCodesAndSignals", Run: testExitCodes},
+		{Name: "CommandNotFound", Run: testNotFound},
+		{Name: "EnvCwdUserHostname", Run: testEnvCwdUser},
+		{Name: "FileRoundTrip", Run: testFileRoundTrip},
+		{Name: "SymlinkEscapeRefused", Run: testSymlinkEscape},
+		{Name: "KernelFilesRefused", Tiers: sharedKernel, Run: testKernelFiles},
+		{Name: "MemoryLimitOOMKills", Needs: []sandbox.Capability{sandbox.CapMemoryLimit}, Run: testOOM},
+		{Name: "PidsLimitStopsForkBomb", Needs: []sandbox.Capability{sandbox.CapPidsLimit}, Run: testForkBomb},
+		{Name: "DeleteLeavesNothing", Run: testDeleteClean},
+		{Name: "ExecOnDeletedIsNotFound", Run: testExecDeleted},
+		{Name: "SurvivesRestart", Needs: []sandbox.Capability{sandbox.CapRestart}, Run: testRestart},
+		{Name: "SpecNeedsRefused", Run: testSpecNeeds},
+	}
+}
+
+// Applies reports whether case c runs on a backend of tier with caps, and
+// if not, why.
+func (c Case) Applies(tier sandbox.Tier, caps []sandbox.Capability) (bool, string) {
+	if c.Tiers != nil && !slices.Contains(c.Tiers, tier) {
+		return false, fmt.Sprintf("the case is for tiers %v, not %s", c.Tiers, tier)
+	}
+	for _, n := range c.Needs {
+		if !slices.Contains(caps, n) {
+			return false, fmt.Sprintf("the backend lacks %s", n)
+		}
+	}
+	return true, ""
+}
+
+// Run runs every case that applies to the backend's tier and
+// capabilities. newFixture is called once; cases share its backend.
 func Run(t *testing.T, newFixture func(t *testing.T) *Fixture) {
 	f := newFixture(t)
-	caps := f.Backend.Capabilities()
-	for _, c := range Cases {
+	d := f.Backend.Describe()
+	caps := sandbox.Capabilities(f.Backend)
+	for _, c := range Cases() {
 		t.Run(c.Name, func(t *testing.T) {
-			if !c.Needs(caps) {
-				t.Skipf("backend %s lacks the capability", f.Backend.Name())
+			if ok, why := c.Applies(d.Tier, caps); !ok {
+				t.Skipf("backend %s: %s", d.Name, why)
 			}
 			c.Run(t, f)
 		})
@@ -467,5 +497,35 @@ func testRestart(t *testing.T, f *Fixture) {
 	r := Exec(t, f, id, sh("cat /tmp/state"))
 	if r.Stdout != "kept\n" {
 		t.Errorf("state after reopen = %q, want %q", r.Stdout, "kept\n")
+	}
+}
+
+// testSpecNeeds: a spec that asks for what the backend lacks (a network
+// attachment, a QoS class it does not apply) is refused as
+// FailedPrecondition naming the capability, and leaves nothing.
+func testSpecNeeds(t *testing.T, f *Fixture) {
+	ctx := ctxFor(t)
+	caps := sandbox.Capabilities(f.Backend)
+	for _, tc := range []struct {
+		need sandbox.Capability
+		spec sandbox.Spec
+	}{
+		{sandbox.CapNetwork, sandbox.Spec{Network: &sandbox.NetworkAttachment{Namespace: "/nonexistent"}}},
+		{sandbox.CapQoS, sandbox.Spec{QoS: sandbox.QoSBestEffort}},
+	} {
+		if slices.Contains(caps, tc.need) {
+			continue
+		}
+		spec := tc.spec
+		spec.ID, spec.Layers = newID(t), f.Layers
+		spec.Resources = sandbox.Resources{MemoryBytes: 64 << 20, CPUs: 1, Pids: 64}
+		_, err := f.Backend.Create(ctx, spec)
+		if !errdefs.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), string(tc.need)) {
+			t.Errorf("Create needing %s on a backend without it = %v, want FailedPrecondition naming it", tc.need, err)
+		}
+		if _, err := f.Backend.Status(ctx, spec.ID); !errdefs.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Status of a refused create = %v, want NotFound", err)
+			_ = f.Backend.Delete(ctx, spec.ID)
+		}
 	}
 }
