@@ -47,7 +47,7 @@ type Config struct {
 	// Ready reports whether the platform is ready for /healthz.
 	Ready  func() bool
 	Logger *slog.Logger
-	// Metrics, when set, counts errors and is served at /metrics.
+	// Metrics, when set, counts errors by code and is served at /metrics.
 	Metrics *metrics.Metrics
 	// LazyLayers makes every stored layer also get its lazy form
 	// (internal/lazylayer), so that nodes can mount it on demand, with
@@ -67,6 +67,8 @@ type Config struct {
 type Server struct {
 	cfg Config
 	log *slog.Logger
+	// errs converts and logs the errors of every call (internal/apierr).
+	errs *apierr.Reporter
 
 	// gcMu is held shared by layer uploads and exclusively by a garbage
 	// collection that removes layers (imagemanage.go).
@@ -89,15 +91,15 @@ func New(cfg Config) *Server {
 	if cfg.Placer == nil {
 		cfg.Placer = placement.New(placement.Config{})
 	}
-	return &Server{cfg: cfg, log: cfg.Logger}
+	return &Server{cfg: cfg, log: cfg.Logger, errs: apierr.NewReporter(cfg.Logger, "the API server")}
 }
 
 // Handler returns the HTTP handler of the API and /healthz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	auth := authInterceptor{auth: s, metrics: s.cfg.Metrics}
+	auth := keyAuth{auth: s}
 	limits := reqlimit.New(s.cfg.MaxRequestBytes)
-	opts := connect.WithHandlerOptions(connect.WithInterceptors(auth), limits.ConnectOption())
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.errorInterceptor(auth)), limits.ConnectOption())
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxProxy{s: s}, opts))
 	mux.Handle(imagev1connect.NewImageServiceHandler(&imageAPI{s: s}, opts))
 	mux.Handle(adminv1connect.NewAdminServiceHandler(&adminAPI{s: s}, opts))

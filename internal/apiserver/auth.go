@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"net/http"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -9,7 +10,6 @@ import (
 	"github.com/dsecproject/dsec/internal/apierr"
 	"github.com/dsecproject/dsec/internal/cluster"
 	"github.com/dsecproject/dsec/internal/errdefs"
-	"github.com/dsecproject/dsec/internal/metrics"
 )
 
 // Authenticator checks an API key's secret.
@@ -25,21 +25,12 @@ func keyFrom(ctx context.Context) cluster.Key {
 	return k
 }
 
-// authInterceptor authenticates every call with its bearer key and maps
-// handler errors to API codes (the one place that does), counting them.
-type authInterceptor struct {
-	auth    Authenticator
-	metrics *metrics.Metrics
+// keyAuth authenticates calls by their bearer key.
+type keyAuth struct {
+	auth Authenticator
 }
 
-func (a authInterceptor) done(procedure string, err error) error {
-	if err != nil && a.metrics != nil {
-		a.metrics.Errors.WithLabelValues(apierr.Code(err).String(), procedure).Inc()
-	}
-	return apierr.ToConnect(err)
-}
-
-func (a authInterceptor) authenticate(ctx context.Context, header string) (context.Context, error) {
+func (a keyAuth) authenticate(ctx context.Context, header string) (context.Context, error) {
 	secret, ok := strings.CutPrefix(header, "Bearer ")
 	if !ok || secret == "" {
 		return ctx, errdefs.Newf(errdefs.ErrUnauthenticated,
@@ -52,27 +43,26 @@ func (a authInterceptor) authenticate(ctx context.Context, header string) (conte
 	return context.WithValue(ctx, keyCtx{}, k), nil
 }
 
-func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		ctx, err := a.authenticate(ctx, req.Header().Get("Authorization"))
-		if err != nil {
-			return nil, a.done(req.Spec().Procedure, err)
-		}
-		resp, err := next(ctx, req)
-		return resp, a.done(req.Spec().Procedure, err)
-	}
+// enter authenticates a call for apierr.Interceptor.
+func (a keyAuth) enter(ctx context.Context, h http.Header) (context.Context, error) {
+	return a.authenticate(ctx, h.Get("Authorization"))
 }
 
-func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, err := a.authenticate(ctx, conn.RequestHeader().Get("Authorization"))
-		if err != nil {
-			return a.done(conn.Spec().Procedure, err)
-		}
-		return a.done(conn.Spec().Procedure, next(ctx, conn))
+// errorInterceptor authenticates every call and converts its errors for
+// the wire, logging and counting them: the one place that does.
+func (s *Server) errorInterceptor(auth keyAuth) apierr.Interceptor {
+	i := apierr.Interceptor{
+		Reporter: s.errs,
+		Enter:    auth.enter,
+		Caller: func(ctx context.Context, _ http.Header) (string, string) {
+			k := keyFrom(ctx)
+			return k.Project, k.ID
+		},
 	}
+	if m := s.cfg.Metrics; m != nil {
+		i.Failed = func(procedure string, code connect.Code) {
+			m.Errors.WithLabelValues(code.String(), procedure).Inc()
+		}
+	}
+	return i
 }

@@ -52,7 +52,7 @@ func (p *sandboxProxy) BatchCreate(ctx context.Context, req *connect.Request[san
 			res := &sandboxv1.BatchCreateResult{Index: int32(i)}
 			resp, err := p.s.create(ctx, item)
 			if err != nil {
-				res.Error = itemError(err)
+				res.Error = p.s.itemError(ctx, req.Spec().Procedure, err)
 			} else {
 				res.Sandbox = resp.GetSandbox()
 			}
@@ -74,9 +74,13 @@ func itoa(i int) string {
 	return string(b)
 }
 
-// itemError describes one failed item of a batch with the API's codes.
-func itemError(err error) *sandboxv1.ItemError {
-	out := &sandboxv1.ItemError{Code: apierr.Code(err).String(), Message: err.Error()}
+// itemError describes one failed item of a batch with the API's codes and
+// the message a failed call would have (internal/apierr), logging it as a
+// failed call is.
+func (s *Server) itemError(ctx context.Context, procedure string, err error) *sandboxv1.ItemError {
+	k := keyFrom(ctx)
+	ce := s.errs.ToConnect(ctx, apierr.Call{Procedure: procedure, Project: k.Project, KeyID: k.ID}, err).(*connect.Error)
+	out := &sandboxv1.ItemError{Code: ce.Code().String(), Message: ce.Message()}
 	if d, ok := errdefs.RetryHint(err); ok {
 		out.RetryAfter = durationpb.New(d)
 	}

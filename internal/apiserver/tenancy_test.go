@@ -130,9 +130,17 @@ type tenancyServer struct {
 	store *cluster.Store
 	edge  *countingEdge
 	addr  string
+	blobs string // the layer store's directory
 }
 
 func newTenancyServer(t *testing.T, delay time.Duration) *tenancyServer {
+	t.Helper()
+	return newTenancyServerLog(t, delay, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+// newTenancyServerLog is newTenancyServer with the API server logging to
+// log.
+func newTenancyServerLog(t *testing.T, delay time.Duration, apiLog *slog.Logger) *tenancyServer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -180,7 +188,7 @@ func newTenancyServer(t *testing.T, delay time.Duration) *tenancyServer {
 	t.Cleanup(pool.Close)
 	w := watcher.New(ctx, watcher.Config{Nodes: store, Pool: pool, Logger: log})
 	t.Cleanup(w.Close)
-	api := New(Config{Cluster: store, Blobs: blobs, Watcher: w, Pool: pool, Logger: log})
+	api := New(Config{Cluster: store, Blobs: blobs, Watcher: w, Pool: pool, Logger: apiLog})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +200,7 @@ func newTenancyServer(t *testing.T, delay time.Duration) *tenancyServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &tenancyServer{admin: c, store: store, edge: fe, addr: addr}
+	return &tenancyServer{admin: c, store: store, edge: fe, addr: addr, blobs: filepath.Join(dir, "blobs")}
 }
 
 // client returns a client with a new key of project.
