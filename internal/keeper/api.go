@@ -1,54 +1,128 @@
-// Package keeper is the per-node process that owns what must outlive a
-// restart of the edge: the sandboxes' inits (it is their child subreaper),
-// the commands exec'd in them and their output files, and the mounts of
-// layers and root file systems (which live in the keeper's own mount
-// namespace, so the host's mount table stays small and a dead keeper's
-// mounts go with it).
-//
-// There is one keeper per node, never one per sandbox. The edge talks to it
-// over a unix socket in the state directory (HTTP with JSON bodies) through
-// Client; a restarted edge reconnects and finds every sandbox and exec
-// again. Exec output goes to files, not to pipes held by the edge.
 package keeper
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/rootfs"
 )
 
-// Protocol is the version of the edge↔keeper protocol; a keeper answering
-// another version is restarted when it has no sandboxes, else reported.
-const Protocol = 2
+// The keeper API: HTTP on the keeper's unix socket, JSON bodies. Every
+// message of it is declared in this file, with the JSON names it has on
+// the wire, and owned by this package: the types of the edge's sandbox
+// contract never cross it, so the contract can change without changing
+// the wire.
+//
+// Protocol policy (docs/architecture.md, "The node keeper"):
+//   - A field, once released, keeps its name, its type and its meaning.
+//     A new field is optional: its absence means what the keeper did
+//     before it existed, and it is omitted when unset (omitempty), so a
+//     request that uses nothing new is one an older keeper reads.
+//   - Both sides ignore fields they do not know (keepers from protocol 3
+//     on; protocol 2 keepers refused requests with unknown fields, so a
+//     client sends a keeper of protocol 2 no new field).
+//   - Protocol is raised with every change of a message or endpoint (a
+//     field, an endpoint, a value of an enum). A client learns the
+//     keeper's number from GET /v1/version and uses only what that number
+//     has; it sends its own in the Dsec-Keeper-Protocol header.
+//   - A keeper serves clients of MinProtocol up to Protocol. To a client
+//     that sends no header (protocol 2's) it says it speaks protocol 2,
+//     which that client requires, so an older dsec keeps working against
+//     a newer keeper. Dropping anything raises MinProtocol.
+//   - The messages of each released protocol are pinned under
+//     testdata/v<N> and never edited; tests decode them with today's
+//     types, and run today's client against a keeper replaying them and
+//     yesterday's requests against today's keeper.
+
+// Protocol is the edge↔keeper protocol this package speaks.
+//
+//	2: b56bd3e and before: no version negotiation, unknown request fields
+//	   refused, settings never compared.
+//	3: the Dsec-Keeper-Protocol header; unknown fields ignored; Version
+//	   carries min_protocol and the keeper's settings; POST /v1/settings
+//	   applies settings that change live; SandboxInfo.driver and .lazy;
+//	   CreateRequest.driver.
+const Protocol = 3
+
+// MinProtocol is the oldest client protocol a keeper of this package serves.
+const MinProtocol = 2
+
+// headerProtocol carries the client's protocol on every request.
+const headerProtocol = "Dsec-Keeper-Protocol"
+
+// State is a sandbox's state as the keeper sees it.
+type State string
+
+// The states of a sandbox in the keeper. The edge owns the full state
+// machine; these are what the keeper reports of the init.
+const (
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StateExited   State = "exited"
+)
+
+// Layer is one read-only layer of a sandbox's root file system. Its
+// fields are named on the wire as protocol 2 named them.
+type Layer struct {
+	// Digest names the layer, "sha256:<hex>".
+	Digest string `json:"Digest"`
+	// Path is a local file holding the layer's EROFS image; empty when
+	// the layer is mounted from its lazy form.
+	Path string `json:"Path"`
+	// Lazy, when set, is the layer's lazy form.
+	Lazy *LazyLayer `json:"Lazy,omitempty"`
+}
+
+// LazyLayer is a layer split for loading on demand (cluster.LazyForm).
+type LazyLayer struct {
+	Meta         string   `json:"Meta"`         // digest of the metadata-only EROFS image
+	Data         string   `json:"Data"`         // digest of the data blob (the image's device 1)
+	DataSize     int64    `json:"DataSize"`     // its size
+	ChunkSize    int64    `json:"ChunkSize"`    // the unit of ChunkDigests
+	ChunkDigests []string `json:"ChunkDigests"` // "sha256:<hex>" of each chunk of the data blob
+}
+
+// Resources are a sandbox's limits; zero means the keeper's default.
+type Resources struct {
+	MemoryBytes int64   `json:"MemoryBytes"`
+	CPUs        float64 `json:"CPUs"`
+	Pids        int64   `json:"Pids"`
+	DiskBytes   int64   `json:"DiskBytes"`
+}
 
 // CreateRequest asks for a sandbox.
 type CreateRequest struct {
-	ID        string            `json:"id"`
-	Layers    []sandbox.Layer   `json:"layers"`
-	Resources sandbox.Resources `json:"resources"`
+	ID        string    `json:"id"`
+	Layers    []Layer   `json:"layers"`
+	Resources Resources `json:"resources"`
+	// Driver names the driver that runs the sandbox (protocol 3); empty
+	// is the container driver, the only one before.
+	Driver string `json:"driver,omitempty"`
 }
 
-// SandboxInfo is what the keeper knows of one sandbox.
+// SandboxInfo is what the keeper knows of one sandbox. It is also the
+// sandbox's record on disk (keeper.json), which a restarted keeper adopts
+// the sandbox from.
 type SandboxInfo struct {
-	ID     string        `json:"id"`
-	State  sandbox.State `json:"state"`
-	Reason string        `json:"reason,omitempty"`
-	Pid    int           `json:"pid,omitempty"`
+	ID     string `json:"id"`
+	State  State  `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	Pid    int    `json:"pid,omitempty"`
 	// StartTime is the init's start time in clock ticks since boot
 	// (/proc/PID/stat field 22): with Pid it names the process even if the
 	// pid is reused.
 	StartTime uint64    `json:"start_time,omitempty"`
 	Created   time.Time `json:"created"`
+	// Driver runs the sandbox (protocol 3; empty in the records of
+	// protocol 2 keepers: the container driver).
+	Driver string `json:"driver,omitempty"`
 	// Adopted is set for sandboxes a restarted keeper found running but
 	// did not start (their init is not its child).
 	Adopted bool `json:"adopted,omitempty"`
+	// Lazy is set when a layer of the sandbox is mounted from its lazy
+	// form, whose data this keeper serves (protocol 3): the sandbox cannot
+	// be handed to another keeper.
+	Lazy bool `json:"lazy,omitempty"`
 	// RunningExecs counts execs that have not ended.
 	RunningExecs int `json:"running_execs,omitempty"`
 	// DiskLimit is the writable layer's size limit (0: not limited), and
@@ -93,10 +167,38 @@ func (i SandboxInfo) slot() string {
 	return i.ID
 }
 
+// ExecSpec describes one command. Its fields are named on the wire as
+// protocol 2 named them.
+type ExecSpec struct {
+	// ID is chosen by the caller, unique within the sandbox.
+	ID   string   `json:"ID"`
+	Argv []string `json:"Argv"`
+	// Env is the complete environment, KEY=VALUE.
+	Env []string `json:"Env"`
+	// Cwd inside the sandbox; "" is /.
+	Cwd string `json:"Cwd"`
+	// UID and GID inside the sandbox; Groups are supplementary groups.
+	UID    uint32   `json:"UID"`
+	GID    uint32   `json:"GID"`
+	Groups []uint32 `json:"Groups"`
+	// Stdin is written to the command's standard input, which is then
+	// closed unless StdinOpen.
+	Stdin     []byte `json:"Stdin"`
+	StdinOpen bool   `json:"StdinOpen"`
+	// TTY runs the command on a terminal of Rows x Cols (default 24x80).
+	TTY  bool   `json:"TTY"`
+	Rows uint16 `json:"Rows"`
+	Cols uint16 `json:"Cols"`
+	// Timeout kills the command's process group (nanoseconds; 0: none).
+	Timeout time.Duration `json:"Timeout"`
+	// OutputLimit caps each output stream; 0 is the keeper's default.
+	OutputLimit int64 `json:"OutputLimit"`
+}
+
 // ExecRequest starts a command.
 type ExecRequest struct {
-	Sandbox string           `json:"sandbox"`
-	Spec    sandbox.ExecSpec `json:"spec"`
+	Sandbox string   `json:"sandbox"`
+	Spec    ExecSpec `json:"spec"`
 }
 
 // StdinRequest writes to an exec's stdin.
@@ -122,10 +224,90 @@ type ResizeRequest struct {
 	Cols    uint16 `json:"cols"`
 }
 
+// ExitStatus is how a command ended.
+type ExitStatus struct {
+	Code            int  `json:"Code"`
+	Signal          int  `json:"Signal"`
+	TimedOut        bool `json:"TimedOut"`
+	OOMKilled       bool `json:"OOMKilled"`
+	StdoutTruncated bool `json:"StdoutTruncated"`
+	StderrTruncated bool `json:"StderrTruncated"`
+	// Lost: no keeper saw the end (a keeper restarted while it ran).
+	Lost    bool      `json:"Lost"`
+	Started time.Time `json:"Started"`
+	Ended   time.Time `json:"Ended"`
+}
+
+// ExitRecord is written once an exec has ended and its output is on disk
+// (exit.json), and is the reply of a wait.
+type ExitRecord struct {
+	ExitStatus
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+}
+
+// ExecInfo is one entry of a sandbox's command journal.
+type ExecInfo struct {
+	ID      string    `json:"ID"`
+	Argv    []string  `json:"Argv"`
+	TTY     bool      `json:"TTY"`
+	Started time.Time `json:"Started"`
+	Running bool      `json:"Running"`
+	// Exit is set once the command has ended (or was lost).
+	Exit        *ExitStatus `json:"Exit"`
+	StdoutBytes int64       `json:"StdoutBytes"`
+	StderrBytes int64       `json:"StderrBytes"`
+}
+
+// journalEntry is an exec's spec.json: what ListExecs reports of it.
+type journalEntry struct {
+	ID      string    `json:"id"`
+	Argv    []string  `json:"argv"`
+	TTY     bool      `json:"tty,omitempty"`
+	Started time.Time `json:"started"`
+}
+
+// Stream names an exec output stream (the numbers of sandbox.Stream).
+type Stream int
+
+// The output streams.
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+func (s Stream) String() string {
+	switch s {
+	case Stdout:
+		return "stdout"
+	case Stderr:
+		return "stderr"
+	}
+	return "stream?"
+}
+
+// EventType says what happened to a sandbox.
+type EventType string
+
+// The events a keeper reports.
+const (
+	EventExited EventType = "exited" // its init ended
+	EventOOM    EventType = "oom"    // the kernel killed one of its processes for memory
+	EventFailed EventType = "failed" // it cannot go on (a lazy layer's data could not be read)
+)
+
+// Event is a change the keeper observed.
+type Event struct {
+	Sandbox string    `json:"Sandbox"`
+	Type    EventType `json:"Type"`
+	Reason  string    `json:"Reason"`
+	Time    time.Time `json:"Time"`
+}
+
 // EventsReply carries events and the cursor to ask from next.
 type EventsReply struct {
-	Events []sandbox.Event `json:"events"`
-	Cursor string          `json:"cursor"`
+	Events []Event `json:"events"`
+	Cursor string  `json:"cursor"`
 }
 
 // Stats are a sandbox's resource use.
@@ -144,72 +326,20 @@ type Stats struct {
 
 // Version describes a running keeper.
 type Version struct {
+	// Protocol is the protocol the keeper speaks with this client: its own,
+	// or 2 for a client that did not say its own.
 	Protocol int    `json:"protocol"`
 	Version  string `json:"version"`
 	Pid      int    `json:"pid"`
 	Runtime  string `json:"runtime"`
-}
-
-// Layout names the files of a state directory that the keeper and the
-// edge share.
-type Layout struct{ StateDir string }
-
-// RunDir holds the keeper's socket, lock, runtime state and mount points.
-func (l Layout) RunDir() string { return filepath.Join(l.StateDir, "run") }
-
-// Socket is the keeper's API socket.
-func (l Layout) Socket() string { return filepath.Join(l.RunDir(), "keeper.sock") }
-
-// SandboxesDir holds one directory per sandbox.
-func (l Layout) SandboxesDir() string { return filepath.Join(l.StateDir, "sandboxes") }
-
-// SandboxDir is one sandbox's directory: bundle, upper and work dirs, root
-// mount point and exec outputs.
-func (l Layout) SandboxDir(id string) string { return filepath.Join(l.SandboxesDir(), id) }
-
-// ExecDir holds one exec's output files and exit record.
-func (l Layout) ExecDir(id, execID string) string {
-	return filepath.Join(l.SandboxDir(id), "execs", execID)
-}
-
-// OutputPath is the file of one output stream of an exec.
-func (l Layout) OutputPath(id, execID string, s sandbox.Stream) string {
-	return filepath.Join(l.ExecDir(id, execID), s.String())
-}
-
-// ExitRecord is written once an exec has ended and its output is on disk.
-type ExitRecord struct {
-	sandbox.ExitStatus
-	StdoutBytes int64 `json:"stdout_bytes"`
-	StderrBytes int64 `json:"stderr_bytes"`
-}
-
-// ReadExit returns the exit record of an exec; ok is false while it runs.
-func (l Layout) ReadExit(id, execID string) (rec ExitRecord, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(l.ExecDir(id, execID), "exit.json"))
-	if errors.Is(err, os.ErrNotExist) {
-		return rec, false, nil
-	}
-	if err != nil {
-		return rec, false, err
-	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return rec, false, fmt.Errorf("exit record of %s/%s: %w", id, execID, err)
-	}
-	return rec, true, nil
-}
-
-func (l Layout) writeExit(id, execID string, rec ExitRecord) error {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	dir := l.ExecDir(id, execID)
-	tmp := filepath.Join(dir, ".exit.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, "exit.json"))
+	// MinProtocol is the oldest client protocol the keeper serves
+	// (protocol 3).
+	MinProtocol int `json:"min_protocol,omitempty"`
+	// Settings are what the keeper was started with (protocol 3; nil from
+	// a protocol 2 keeper).
+	Settings *Settings `json:"settings,omitempty"`
+	// Drivers are the sandbox drivers the keeper has (protocol 3).
+	Drivers []string `json:"drivers,omitempty"`
 }
 
 // wireError is an error on the wire between edge and keeper.

@@ -10,10 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/dsecproject/dsec/internal/chunkcache"
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 )
 
@@ -89,7 +89,7 @@ func (c *Client) StartExec(ctx context.Context, req ExecRequest) error {
 }
 
 // WaitExec waits for a command to end.
-func (c *Client) WaitExec(ctx context.Context, id, execID string) (sandbox.ExitStatus, error) {
+func (c *Client) WaitExec(ctx context.Context, id, execID string) (ExitStatus, error) {
 	for {
 		var rec ExitRecord
 		// Long polls end after a while so that dead connections are noticed.
@@ -117,8 +117,8 @@ func (c *Client) Resize(ctx context.Context, req ResizeRequest) error {
 }
 
 // ListExecs returns a sandbox's command journal.
-func (c *Client) ListExecs(ctx context.Context, id string) ([]sandbox.ExecInfo, error) {
-	var out []sandbox.ExecInfo
+func (c *Client) ListExecs(ctx context.Context, id string) ([]ExecInfo, error) {
+	var out []ExecInfo
 	err := c.call(ctx, http.MethodGet, "/v1/exec/list", url.Values{"sandbox": {id}}, nil, &out)
 	return out, err
 }
@@ -132,10 +132,19 @@ func (c *Client) ChunkCacheStats(ctx context.Context) (chunkcache.Stats, error) 
 }
 
 // Events waits up to about 30 s for events after cursor.
-func (c *Client) Events(ctx context.Context, cursor string) ([]sandbox.Event, string, error) {
+func (c *Client) Events(ctx context.Context, cursor string) ([]Event, string, error) {
 	var r EventsReply
 	err := c.call(ctx, http.MethodGet, "/v1/events", url.Values{"cursor": {cursor}, "timeout": {"25s"}}, nil, &r)
 	return r.Events, r.Cursor, err
+}
+
+// ApplySettings changes the keeper's live settings (protocol 3) and
+// returns those it runs with now; FailedPrecondition when s differs in a
+// setting that does not change live.
+func (c *Client) ApplySettings(ctx context.Context, s Settings) (Settings, error) {
+	var got Settings
+	err := c.call(ctx, http.MethodPost, "/v1/settings", nil, s, &got)
+	return got, err
 }
 
 // Shutdown asks the keeper to exit. With kill, it first deletes every
@@ -168,6 +177,7 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 	if err != nil {
 		return err
 	}
+	req.Header.Set(headerProtocol, strconv.Itoa(Protocol))
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

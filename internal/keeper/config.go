@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"time"
 
 	"github.com/dsecproject/dsec/internal/ceiling"
@@ -121,21 +120,16 @@ func (c *Config) setDefaults() error {
 		}
 		c.Self = self
 	}
-	if c.IDMap == (rootfs.IDMap{}) {
-		c.IDMap = rootfs.Default
+	// The settings' defaults are those an edge normalizes its own to
+	// when it compares them with a running keeper's.
+	n, err := c.Settings().Normalize(c.StateDir)
+	if err != nil {
+		return err
 	}
-	if most := maxUIDRanges(c.IDMap.HostID, c.IDMap.Size); c.UIDRanges <= 0 || c.UIDRanges > most {
-		if c.UIDRanges > most {
-			return fmt.Errorf("keeper: %d id ranges of %d ids from %d do not fit 32-bit ids (at most %d)", c.UIDRanges, c.IDMap.Size, c.IDMap.HostID, most)
-		}
-		c.UIDRanges = min(DefaultUIDRanges, most)
-		if c.UIDRanges == 0 {
-			return fmt.Errorf("keeper: id range %d+%d does not fit 32-bit ids", c.IDMap.HostID, c.IDMap.Size)
-		}
-	}
-	if c.CgroupParent == "" {
-		c.CgroupParent = "dsec"
-	}
+	c.Runtime, c.CgroupParent = n.Runtime, n.CgroupParent
+	c.IDMap, c.UIDRanges = rootfs.IDMap{HostID: n.IDBase, Size: n.IDSize}, n.IDRanges
+	c.DiskQuota, c.WarmPool = n.DiskQuota, n.WarmPool
+	c.ChunkCache, c.ChunkSize = n.ChunkCache, n.ChunkSize
 	if c.OutputLimit == 0 {
 		c.OutputLimit = 16 << 20
 	}
@@ -145,23 +139,12 @@ func (c *Config) setDefaults() error {
 	if c.DiskPool == 0 {
 		c.DiskPool = 8
 	}
-	if c.WarmPool == 0 {
-		c.WarmPool = 2
-	}
 	if c.DiskPoolBytes == 0 {
 		c.DiskPoolBytes = 10 << 30
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.ChunkCache == "" {
-		c.ChunkCache = filepath.Join(c.StateDir, "chunks")
-	}
-	rt, err := FindRuntime(c.Runtime)
-	if err != nil {
-		return err
-	}
-	c.Runtime = rt
 	return nil
 }
 

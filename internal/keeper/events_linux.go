@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 )
 
 // eventLog keeps the keeper's recent events for long-polling clients. A
@@ -28,7 +26,7 @@ type eventLog struct {
 
 type keptEvent struct {
 	seq uint64
-	ev  sandbox.Event
+	ev  Event
 }
 
 // eventsKept bounds the log; a client further behind misses the oldest.
@@ -40,11 +38,11 @@ func newEventLog() *eventLog {
 	return &eventLog{epoch: hex.EncodeToString(b), wake: make(chan struct{})}
 }
 
-func (l *eventLog) add(id string, t sandbox.EventType, reason string) {
+func (l *eventLog) add(id string, t EventType, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seq++
-	l.events = append(l.events, keptEvent{seq: l.seq, ev: sandbox.Event{Sandbox: id, Type: t, Reason: reason, Time: time.Now().UTC()}})
+	l.events = append(l.events, keptEvent{seq: l.seq, ev: Event{Sandbox: id, Type: t, Reason: reason, Time: time.Now().UTC()}})
 	if len(l.events) > eventsKept {
 		l.events = append([]keptEvent(nil), l.events[len(l.events)-eventsKept:]...)
 	}
@@ -53,7 +51,7 @@ func (l *eventLog) add(id string, t sandbox.EventType, reason string) {
 }
 
 // since returns the events after cursor, waiting up to timeout for one.
-func (l *eventLog) since(ctx context.Context, cursor string, timeout time.Duration) ([]sandbox.Event, string) {
+func (l *eventLog) since(ctx context.Context, cursor string, timeout time.Duration) ([]Event, string) {
 	var after uint64
 	if epoch, seq, ok := strings.Cut(cursor, ":"); ok && epoch == l.epoch {
 		after, _ = strconv.ParseUint(seq, 10, 64)
@@ -62,7 +60,7 @@ func (l *eventLog) since(ctx context.Context, cursor string, timeout time.Durati
 	defer t.Stop()
 	for {
 		l.mu.Lock()
-		var out []sandbox.Event
+		var out []Event
 		for _, e := range l.events {
 			if e.seq > after {
 				out = append(out, e.ev)
@@ -105,7 +103,7 @@ func (k *Keeper) watchOOM(ctx context.Context) {
 		k.mu.Unlock()
 		for _, b := range boxes {
 			info := b.snapshot()
-			if info.State != sandbox.StateRunning {
+			if info.State != StateRunning {
 				continue
 			}
 			// One file per sandbox: with thousands of sandboxes a full
@@ -119,7 +117,7 @@ func (k *Keeper) watchOOM(ctx context.Context) {
 				if st, err := k.cg.Stats(info.slot()); err == nil {
 					limit = st.MemoryLimit
 				}
-				k.events.add(info.ID, sandbox.EventOOM, fmt.Sprintf("%d process(es) killed for memory (limit %d MiB)", n-prev, limit>>20))
+				k.events.add(info.ID, EventOOM, fmt.Sprintf("%d process(es) killed for memory (limit %d MiB)", n-prev, limit>>20))
 			}
 		}
 	}

@@ -17,7 +17,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/nsexec"
 )
@@ -37,14 +36,6 @@ type execProc struct {
 	// guarded by mu
 	stdin *os.File // nil once closed or for a TTY exec
 	rec   ExitRecord
-}
-
-// journalEntry is an exec's spec.json: what ListExecs reports of it.
-type journalEntry struct {
-	ID      string    `json:"id"`
-	Argv    []string  `json:"argv"`
-	TTY     bool      `json:"tty,omitempty"`
-	Started time.Time `json:"started"`
 }
 
 var execIDRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
@@ -80,7 +71,7 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	switch {
 	case deleting:
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %s is being deleted", req.Sandbox)
-	case info.State != sandbox.StateRunning:
+	case info.State != StateRunning:
 		return errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s (%s): create a new one", req.Sandbox, info.State, info.Reason)
 	case dup:
 		return errdefs.Newf(errdefs.ErrAlreadyExists, "exec %s exists in sandbox %s", spec.ID, req.Sandbox)
@@ -131,7 +122,7 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		}
 	}
 	var outs [2]*os.File
-	for i, s := range []sandbox.Stream{sandbox.Stdout, sandbox.Stderr} {
+	for i, s := range []Stream{Stdout, Stderr} {
 		f, err := os.OpenFile(k.l.OutputPath(req.Sandbox, spec.ID, s), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if err != nil {
 			closeKept()
@@ -272,7 +263,7 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 
 // awaitExec waits for a command's end (killing its group at the timeout),
 // then records the exit once its output is drained.
-func (k *Keeper) awaitExec(id string, spec sandbox.ExecSpec, p *execProc, b *box, child int,
+func (k *Keeper) awaitExec(id string, spec ExecSpec, p *execProc, b *box, child int,
 	exitCh <-chan syscall.WaitStatus, oomBefore int64, started time.Time,
 	pumps *sync.WaitGroup, truncated *[2]atomic.Bool, written *[2]atomic.Int64) {
 	var ws syscall.WaitStatus
@@ -302,7 +293,7 @@ func (k *Keeper) awaitExec(id string, spec sandbox.ExecSpec, p *execProc, b *box
 	case <-drained:
 	case <-time.After(drainGrace):
 	}
-	rec := ExitRecord{ExitStatus: sandbox.ExitStatus{Started: started, Ended: ended, TimedOut: timedOut}}
+	rec := ExitRecord{ExitStatus: ExitStatus{Started: started, Ended: ended, TimedOut: timedOut}}
 	switch {
 	case ws.Exited():
 		rec.Code = ws.ExitStatus()
@@ -315,7 +306,7 @@ func (k *Keeper) awaitExec(id string, spec sandbox.ExecSpec, p *execProc, b *box
 			// Report it now: the sandbox may be gone before the OOM
 			// watcher's next look.
 			if prev := b.oomSeen.Swap(after.OOMKills); after.OOMKills > prev {
-				k.events.add(id, sandbox.EventOOM, fmt.Sprintf("exec %s killed for memory (limit %d MiB)", spec.ID, after.MemoryLimit>>20))
+				k.events.add(id, EventOOM, fmt.Sprintf("exec %s killed for memory (limit %d MiB)", spec.ID, after.MemoryLimit>>20))
 			}
 		}
 	}
@@ -497,7 +488,7 @@ func (k *Keeper) resize(id, execID string, rows, cols uint16) error {
 }
 
 // listExecs reads a sandbox's command journal.
-func (k *Keeper) listExecs(id string) ([]sandbox.ExecInfo, error) {
+func (k *Keeper) listExecs(id string) ([]ExecInfo, error) {
 	b, err := k.lookup(id)
 	if err != nil {
 		return nil, err
@@ -506,7 +497,7 @@ func (k *Keeper) listExecs(id string) ([]sandbox.ExecInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]sandbox.ExecInfo, 0, len(ents))
+	out := make([]ExecInfo, 0, len(ents))
 	for _, e := range ents {
 		raw, err := os.ReadFile(filepath.Join(k.l.ExecDir(id, e.Name()), "spec.json"))
 		if err != nil {
@@ -516,7 +507,7 @@ func (k *Keeper) listExecs(id string) ([]sandbox.ExecInfo, error) {
 		if json.Unmarshal(raw, &j) != nil {
 			continue
 		}
-		info := sandbox.ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started}
+		info := ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started}
 		b.mu.Lock()
 		p := b.execs[j.ID]
 		b.mu.Unlock()
@@ -528,9 +519,9 @@ func (k *Keeper) listExecs(id string) ([]sandbox.ExecInfo, error) {
 		case p != nil && p.running():
 			info.Running = true
 		default:
-			info.Exit = &sandbox.ExitStatus{Lost: true, Started: j.Started}
+			info.Exit = &ExitStatus{Lost: true, Started: j.Started}
 		}
-		for i, s := range []sandbox.Stream{sandbox.Stdout, sandbox.Stderr} {
+		for i, s := range []Stream{Stdout, Stderr} {
 			if st, err := os.Stat(k.l.OutputPath(id, j.ID, s)); err == nil {
 				if i == 0 {
 					info.StdoutBytes = st.Size()
@@ -562,7 +553,7 @@ func (k *Keeper) waitExec(ctx context.Context, id, execID string, timeout time.D
 		}
 		if !ok {
 			if _, serr := os.Stat(k.l.ExecDir(id, execID)); serr == nil {
-				return ExitRecord{ExitStatus: sandbox.ExitStatus{Lost: true}}, true, nil
+				return ExitRecord{ExitStatus: ExitStatus{Lost: true}}, true, nil
 			}
 			return rec, false, errdefs.Newf(errdefs.ErrNotFound, "exec %s not found in sandbox %s", execID, id)
 		}

@@ -21,7 +21,6 @@ import (
 
 	"github.com/dsecproject/dsec/internal/cgroup"
 	"github.com/dsecproject/dsec/internal/diskquota"
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/seccomp"
@@ -53,6 +52,8 @@ type Keeper struct {
 	mu sync.Mutex
 	// guarded by mu
 	boxes map[string]*box
+	// settings are the keeper's settings, normalized; Live ones change.
+	settings Settings
 	// packing holds the sandboxes being packed (see pack_linux.go).
 	packing map[string]bool
 }
@@ -63,7 +64,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}
-	k := &Keeper{cfg: cfg, l: Layout{StateDir: cfg.StateDir}, log: cfg.Logger, boxes: map[string]*box{}, events: newEventLog()}
+	k := &Keeper{cfg: cfg, l: Layout{StateDir: cfg.StateDir}, log: cfg.Logger, boxes: map[string]*box{}, events: newEventLog(), settings: cfg.Settings()}
 	if err := k.setup(); err != nil {
 		k.teardown()
 		return err
@@ -84,7 +85,7 @@ func Run(ctx context.Context, cfg Config) error {
 			k.pool.run(ctx)
 		}()
 	}
-	if k.warm != nil {
+	{
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -169,9 +170,8 @@ func (k *Keeper) setup() error {
 		return err
 	}
 	k.adopt()
-	if k.cfg.WarmPool > 0 {
-		k.warm = newWarmPool(k, k.cfg.WarmPool)
-	}
+	// Always there, so that a live settings change can turn it on.
+	k.warm = newWarmPool(k, max(k.cfg.WarmPool, 0))
 	return nil
 }
 
@@ -409,7 +409,7 @@ func (k *Keeper) exited(b *box, reason string) {
 	deleting, id := b.deleting, b.info.ID
 	b.mu.Unlock()
 	if !deleting {
-		k.events.add(id, sandbox.EventExited, reason)
+		k.events.add(id, EventExited, reason)
 	}
 }
 
@@ -433,10 +433,52 @@ func ProcStartTime(pid int) (uint64, error) {
 	return v, err
 }
 
+// Takeover replaces the running keeper old with one of self started with
+// s: it asks old to exit without deleting its sandboxes (SIGKILL if it has
+// not after 30s; sandboxes survive that too), then starts the new one,
+// which adopts them. Execs the old keeper was running are reported lost
+// by the new one: their end is seen by no keeper.
+func Takeover(ctx context.Context, self, stateDir string, s Settings, old Version) error {
+	c := NewClient(stateDir)
+	defer c.Close()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := c.Shutdown(sctx, false)
+	cancel()
+	if err != nil && !errdefs.Is(err, errdefs.ErrUnavailable) {
+		return fmt.Errorf("stop the node keeper (pid %d): %w", old.Pid, err)
+	}
+	if old.Pid > 0 && !waitExit(ctx, old.Pid, 30*time.Second) {
+		_ = syscall.Kill(old.Pid, syscall.SIGKILL)
+		if !waitExit(ctx, old.Pid, 10*time.Second) {
+			return errdefs.Newf(errdefs.ErrUnavailable, "the node keeper (pid %d) does not exit: stop it (kill %d), then start dsec up again", old.Pid, old.Pid)
+		}
+	}
+	return Start(ctx, self, stateDir, s)
+}
+
+// waitExit waits up to d for process pid to end (to be gone or a zombie).
+func waitExit(ctx context.Context, pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && strings.HasPrefix(string(b[i+1:]), " Z") {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Start starts a keeper for stateDir in the background, in its own session
-// and mount namespace, running `self keeper` with args, and waits until it
+// and mount namespace, running `self keeper` with s, and waits until it
 // answers. The keeper is not the caller's child for long: it outlives it.
-func Start(ctx context.Context, self, stateDir string, args []string) error {
+func Start(ctx context.Context, self, stateDir string, s Settings) error {
+	args := s.Args()
 	l := Layout{StateDir: stateDir}
 	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o700); err != nil {
 		return err

@@ -15,7 +15,6 @@ import (
 
 	"github.com/dsecproject/dsec/internal/blobsource"
 	"github.com/dsecproject/dsec/internal/chunkcache"
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/lazyfs"
 	"github.com/dsecproject/dsec/internal/rootfs"
@@ -80,7 +79,7 @@ func (z *lazyLayers) close() {
 }
 
 // opener returns what rootfs.Layers calls to mount l the first time.
-func (z *lazyLayers) opener(ctx context.Context, l sandbox.Layer) rootfs.LazyOpener {
+func (z *lazyLayers) opener(ctx context.Context, l Layer) rootfs.LazyOpener {
 	return func() (string, string, io.Closer, error) {
 		f := l.Lazy
 		if f.ChunkSize != z.cache.ChunkSize() {
@@ -197,7 +196,7 @@ func (k *Keeper) lazyFailed(digest string, err error) {
 		b.mu.Unlock()
 		if first {
 			k.log.Warn("lazy layer read failed", "sandbox", id, "layer", digest, "err", err)
-			k.events.add(id, sandbox.EventFailed, fmt.Sprintf("layer %s: its data could not be read from the blob source (%v)", digest, err))
+			k.events.add(id, EventFailed, fmt.Sprintf("layer %s: its data could not be read from the blob source (%v)", digest, err))
 		}
 	}
 }

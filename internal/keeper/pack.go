@@ -52,6 +52,7 @@ func (c *Client) PackDiff(ctx context.Context, req PackRequest) (*Pack, error) {
 	if err != nil {
 		return nil, err
 	}
+	hr.Header.Set(headerProtocol, strconv.Itoa(Protocol))
 	resp, err := c.http.Do(hr)
 	if err != nil {
 		if ctx.Err() != nil {

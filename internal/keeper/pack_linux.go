@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/layer"
 )
@@ -171,7 +170,7 @@ func packable(b *box) error {
 	case b.deleting:
 		return errdefs.Newf(errdefs.ErrFailedPrecondition,
 			"sandbox %s is being deleted: pack a sandbox that runs, before deleting it", b.info.ID)
-	case b.info.State != sandbox.StateRunning:
+	case b.info.State != StateRunning:
 		return errdefs.Newf(errdefs.ErrFailedPrecondition,
 			"sandbox %s is %s, not running: only a running sandbox's writable layer can be packed", b.info.ID, b.info.State)
 	}

@@ -20,7 +20,6 @@ import (
 
 	"github.com/dsecproject/dsec/internal/cgroup"
 	"github.com/dsecproject/dsec/internal/diskquota"
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/nsexec"
 	"github.com/dsecproject/dsec/internal/oci"
@@ -70,7 +69,7 @@ func (b *box) takeOutput(n int64) int64 {
 func (b *box) markExited(reason string) {
 	b.exitedOnce.Do(func() {
 		b.mu.Lock()
-		b.info.State = sandbox.StateExited
+		b.info.State = StateExited
 		if b.info.Reason == "" {
 			b.info.Reason = reason
 		}
@@ -142,7 +141,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 	if len(req.Layers) == 0 {
 		return info, errdefs.Newf(errdefs.ErrInvalidArgument, "sandbox %s: no layers", req.ID)
 	}
-	b := k.newBox(SandboxInfo{ID: req.ID, State: "creating", Created: time.Now().UTC()})
+	b := k.newBox(SandboxInfo{ID: req.ID, State: StateCreating, Created: time.Now().UTC()})
 	b.op.Lock()
 	defer b.op.Unlock()
 	k.mu.Lock()
@@ -161,7 +160,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 		}
 	}()
 
-	if k.warm != nil {
+	if k.warm.size() > 0 {
 		if k.claimWarm(ctx, b, req) {
 			return b.snapshot(), nil
 		}
@@ -253,6 +252,9 @@ func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 				"layer %s is stored for lazy loading only, and this node has no blob source: start it with --blob-source", l.Digest)
 		default:
 			raw, err = k.layers.AcquireLazy(l.Digest, k.lazy.opener(ctx, l))
+			b.mu.Lock()
+			b.info.Lazy = true
+			b.mu.Unlock()
 		}
 		if err != nil {
 			return err
@@ -322,7 +324,7 @@ func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 	b.info.Pid = pid
 	b.info.StartTime = st
 	b.info.NS = ns
-	b.info.State = sandbox.StateRunning
+	b.info.State = StateRunning
 	b.initExit = exitCh
 	info := b.info
 	b.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
@@ -14,7 +15,26 @@ import (
 func (k *Keeper) handler(stop func()) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, Version{Protocol: Protocol, Version: k.cfg.Version, Pid: os.Getpid(), Runtime: filepath.Base(k.cfg.Runtime)}, nil)
+		v := Version{Protocol: Protocol, Version: k.cfg.Version, Pid: os.Getpid(), Runtime: filepath.Base(k.cfg.Runtime)}
+		if clientProtocol(r) < 3 {
+			// A protocol 2 client requires a keeper of protocol 2, which
+			// this one is to it: it reads every reply of this keeper and
+			// sends only requests this keeper reads.
+			v.Protocol = 2
+		} else {
+			s := k.currentSettings()
+			v.MinProtocol, v.Settings, v.Drivers = MinProtocol, &s, k.driverNames()
+		}
+		reply(w, v, nil)
+	})
+	mux.HandleFunc("POST /v1/settings", func(w http.ResponseWriter, r *http.Request) {
+		var s Settings
+		if err := decode(r, &s); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		got, err := k.applySettings(s)
+		reply(w, got, err)
 	})
 	mux.HandleFunc("POST /v1/sandbox/create", func(w http.ResponseWriter, r *http.Request) {
 		var req CreateRequest
@@ -115,12 +135,41 @@ func (k *Keeper) handler(stop func()) http.Handler {
 		reply(w, nil, nil)
 		stop()
 	})
-	return mux
+	return checkProtocol(mux)
 }
 
+// clientProtocol is the protocol a request's client speaks: its
+// Dsec-Keeper-Protocol header, or 2 (which sent none).
+func clientProtocol(r *http.Request) int {
+	h := r.Header.Get(headerProtocol)
+	if h == "" {
+		return 2
+	}
+	n, err := strconv.Atoi(h)
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
+}
+
+// checkProtocol refuses clients older than MinProtocol. A newer client is
+// served: it uses only what this keeper's protocol has (policy in api.go).
+func checkProtocol(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := clientProtocol(r); p < MinProtocol {
+			reply(w, nil, errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"this node keeper serves keeper protocols %d to %d, the client speaks %q: upgrade dsec", MinProtocol, Protocol, r.Header.Get(headerProtocol)))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// decode reads a request body. Fields it does not know are ignored: a
+// newer client adds only fields whose absence means the old behaviour
+// (policy in api.go).
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<20))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "keeper request: %v", err)
 	}

@@ -63,17 +63,44 @@ type warmShape struct {
 // warmPool keeps warm sandboxes; one goroutine (run) starts them.
 type warmPool struct {
 	k    *Keeper
-	per  int // sandboxes kept ready per shape
 	kick chan struct{}
 
 	mu sync.Mutex
 	// guarded by mu
+	per      int // sandboxes kept ready per shape (0: none)
 	shapes   map[warmKey]*warmShape
 	failedAt time.Time
 }
 
 func newWarmPool(k *Keeper, per int) *warmPool {
 	return &warmPool{k: k, per: per, kick: make(chan struct{}, 1), shapes: map[warmKey]*warmShape{}}
+}
+
+// size is how many sandboxes are kept ready per shape.
+func (w *warmPool) size() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.per
+}
+
+// resize keeps per sandboxes ready per shape from now on (0: none),
+// removing those beyond it.
+func (w *warmPool) resize(per int) {
+	var extra []*box
+	w.mu.Lock()
+	w.per = max(per, 0)
+	for k, s := range w.shapes {
+		if len(s.ready) > w.per {
+			extra = append(extra, s.ready[w.per:]...)
+			s.ready = s.ready[:w.per]
+		}
+		if w.per == 0 {
+			delete(w.shapes, k)
+		}
+	}
+	w.mu.Unlock()
+	w.destroy(extra)
+	w.poke()
 }
 
 func (w *warmPool) poke() {
@@ -231,7 +258,7 @@ func (w *warmPool) destroy(boxes []*box) {
 // startOne starts a warm sandbox of req's shape.
 func (w *warmPool) startOne(ctx context.Context, req CreateRequest) (*box, error) {
 	slot := warmPrefix + randomHex(8)
-	b := w.k.newBox(SandboxInfo{Slot: slot, State: "creating"})
+	b := w.k.newBox(SandboxInfo{Slot: slot, State: StateCreating})
 	b.op.Lock()
 	defer b.op.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/dsecproject/dsec/internal/edge/sandbox"
 	"github.com/dsecproject/dsec/internal/errdefs"
 )
 
@@ -29,16 +28,16 @@ var updateV2 = flag.Bool("update-v2", false, "rewrite the generated request fixt
 var v2Requests = map[string]any{
 	"create.request.json": CreateRequest{
 		ID: "k11-6cgxz6zc4rba",
-		Layers: []sandbox.Layer{
+		Layers: []Layer{
 			{Digest: "sha256:a7dfb74efb2f0a7c6b1b1c6b9a0e1f2d3c4b5a697887766554433221100ffeed", Path: "/var/lib/dsec/store/layers/sha256/a7dfb74efb2f.erofs"},
-			{Digest: "sha256:1111111111111111111111111111111111111111111111111111111111111111", Lazy: &sandbox.LazyLayer{
+			{Digest: "sha256:1111111111111111111111111111111111111111111111111111111111111111", Lazy: &LazyLayer{
 				Meta: "sha256:2222222222222222222222222222222222222222222222222222222222222222", Data: "sha256:3333333333333333333333333333333333333333333333333333333333333333",
 				DataSize: 3 << 20, ChunkSize: 1 << 20, ChunkDigests: []string{"sha256:44", "sha256:55", "sha256:66"},
 			}},
 		},
-		Resources: sandbox.Resources{MemoryBytes: 64 << 20, CPUs: 1.5, Pids: 4096, DiskBytes: 10 << 30},
+		Resources: Resources{MemoryBytes: 64 << 20, CPUs: 1.5, Pids: 4096, DiskBytes: 10 << 30},
 	},
-	"exec.start.request.json": ExecRequest{Sandbox: "k11-6cgxz6zc4rba", Spec: sandbox.ExecSpec{
+	"exec.start.request.json": ExecRequest{Sandbox: "k11-6cgxz6zc4rba", Spec: ExecSpec{
 		ID: "xmr5housfiq24yty", Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"},
 		Env: []string{"PATH=/usr/bin:/bin", "HOME=/root"}, Cwd: "/srv", UID: 1000, GID: 1000, Groups: []uint32{27, 100},
 		Stdin: []byte("hello\n"), StdinOpen: true, TTY: true, Rows: 40, Cols: 120,
@@ -142,12 +141,12 @@ var (
 		"pid": {4, 4026532391}, "time": {4, 4026531834}, "user": {4, 4026532386}, "uts": {4, 4026532389},
 	}
 	v2Info = SandboxInfo{
-		ID: "k11-6cgxz6zc4rba", State: sandbox.StateRunning, Pid: 26260, StartTime: 733250,
+		ID: "k11-6cgxz6zc4rba", State: StateRunning, Pid: 26260, StartTime: 733250,
 		Created:   time.Date(2026, 12, 1, 17, 57, 50, 985993879, time.UTC),
 		DiskLimit: 10 << 30, Disk: "pool-45f1756d952a", IDBase: 2000065536, IDSize: 65536, NS: v2NS,
 	}
 	v2Exit = ExitRecord{
-		ExitStatus:  sandbox.ExitStatus{Code: 3, Started: v2Started, Ended: v2Ended},
+		ExitStatus:  ExitStatus{Code: 3, Started: v2Started, Ended: v2Ended},
 		StdoutBytes: 4, StderrBytes: 4,
 	}
 )
@@ -159,7 +158,7 @@ func TestV2RepliesDecode(t *testing.T) {
 	adopted := v2Info
 	adopted.Adopted = true
 	exited := SandboxInfo{
-		ID: "k11-p4zx6k2xghsy", State: sandbox.StateExited, Reason: "init killed by signal 9 (killed)", Pid: 31214, StartTime: 738097,
+		ID: "k11-p4zx6k2xghsy", State: StateExited, Reason: "init killed by signal 9 (killed)", Pid: 31214, StartTime: 738097,
 		Created:   time.Date(2026, 12, 1, 17, 58, 39, 513862930, time.UTC),
 		DiskLimit: 10 << 30, Disk: "pool-06a1fb871fc1", IDBase: 2000393216, IDSize: 65536,
 		NS: map[string]NSID{
@@ -167,19 +166,19 @@ func TestV2RepliesDecode(t *testing.T) {
 			"pid": {4, 4026535435}, "time": {4, 4026531834}, "user": {4, 4026535349}, "uts": {4, 4026535433},
 		},
 	}
-	done := sandbox.ExecInfo{
+	done := ExecInfo{
 		ID: "xmr5housfiq24yty", Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, Started: v2Started,
 		Exit: &v2Exit.ExitStatus, StdoutBytes: 4, StderrBytes: 4,
 	}
 	sleepStarted := time.Date(2026, 12, 1, 17, 57, 51, 172849766, time.UTC)
-	sleeping := sandbox.ExecInfo{ID: "xdowncyxtifq4h7h", Argv: []string{"sh", "-c", "sleep 1000"}, Started: sleepStarted, Running: true}
+	sleeping := ExecInfo{ID: "xdowncyxtifq4h7h", Argv: []string{"sh", "-c", "sleep 1000"}, Started: sleepStarted, Running: true}
 	lost := sleeping
 	lost.Running = false
-	lost.Exit = &sandbox.ExitStatus{Lost: true, Started: sleepStarted}
+	lost.Exit = &ExitStatus{Lost: true, Started: sleepStarted}
 	oomStarted := time.Date(2026, 12, 1, 17, 58, 39, 198429587, time.UTC)
-	oom := sandbox.ExecInfo{
+	oom := ExecInfo{
 		ID: "xj6h6t6o45mv4byn", Argv: []string{"sh", "-c", "x=a; while true; do x=$x$x$x; done"}, Started: oomStarted,
-		Exit: &sandbox.ExitStatus{Signal: 9, OOMKilled: true, Started: oomStarted, Ended: time.Date(2026, 12, 1, 17, 58, 39, 483684893, time.UTC)},
+		Exit: &ExitStatus{Signal: 9, OOMKilled: true, Started: oomStarted, Ended: time.Date(2026, 12, 1, 17, 58, 39, 483684893, time.UTC)},
 	}
 	tests := []struct {
 		name string
@@ -198,14 +197,14 @@ func TestV2RepliesDecode(t *testing.T) {
 		}},
 		{"wait.reply.json", decodeAs[ExitRecord], v2Exit},
 		{"exec.exit.json", decodeAs[ExitRecord], v2Exit},
-		{"wait.lost.reply.json", decodeAs[ExitRecord], ExitRecord{ExitStatus: sandbox.ExitStatus{Lost: true}}},
+		{"wait.lost.reply.json", decodeAs[ExitRecord], ExitRecord{ExitStatus: ExitStatus{Lost: true}}},
 		{"exec.spec.json", decodeAs[journalEntry], journalEntry{ID: "xmr5housfiq24yty", Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, Started: v2Started}},
-		{"execlist.reply.json", decodeAs[[]sandbox.ExecInfo], []sandbox.ExecInfo{done, sleeping}},
-		{"execlist.lost.reply.json", decodeAs[[]sandbox.ExecInfo], []sandbox.ExecInfo{done, lost}},
-		{"execlist.oom.reply.json", decodeAs[[]sandbox.ExecInfo], []sandbox.ExecInfo{oom}},
-		{"events.reply.json", decodeAs[EventsReply], EventsReply{Cursor: "c060e43194c8:2", Events: []sandbox.Event{
-			{Sandbox: "k11-2ioc5nvwr4hh", Type: sandbox.EventOOM, Reason: "exec xj6h6t6o45mv4byn killed for memory (limit 32 MiB)", Time: time.Date(2026, 12, 1, 17, 58, 39, 483884321, time.UTC)},
-			{Sandbox: "k11-p4zx6k2xghsy", Type: sandbox.EventExited, Reason: "init killed by signal 9 (killed)", Time: time.Date(2026, 12, 1, 17, 58, 40, 233465260, time.UTC)},
+		{"execlist.reply.json", decodeAs[[]ExecInfo], []ExecInfo{done, sleeping}},
+		{"execlist.lost.reply.json", decodeAs[[]ExecInfo], []ExecInfo{done, lost}},
+		{"execlist.oom.reply.json", decodeAs[[]ExecInfo], []ExecInfo{oom}},
+		{"events.reply.json", decodeAs[EventsReply], EventsReply{Cursor: "c060e43194c8:2", Events: []Event{
+			{Sandbox: "k11-2ioc5nvwr4hh", Type: EventOOM, Reason: "exec xj6h6t6o45mv4byn killed for memory (limit 32 MiB)", Time: time.Date(2026, 12, 1, 17, 58, 39, 483884321, time.UTC)},
+			{Sandbox: "k11-p4zx6k2xghsy", Type: EventExited, Reason: "init killed by signal 9 (killed)", Time: time.Date(2026, 12, 1, 17, 58, 40, 233465260, time.UTC)},
 		}}},
 		{"status.notfound.json", decodeAs[wireError], wireError{Kind: "not found", Message: "sandbox k11-nosuch not found on this node"}},
 		{"chunkcache.error.json", decodeAs[wireError], wireError{Kind: "not found", Message: "this keeper has no chunk cache: start dsec up with --blob-source"}},

@@ -26,7 +26,6 @@ import (
 
 	"github.com/dsecproject/dsec/internal/fusion"
 	"github.com/dsecproject/dsec/internal/keeper"
-	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/testenv"
 	"github.com/dsecproject/dsec/internal/testenv/platform"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
@@ -127,7 +126,7 @@ func poolIDs(t *testing.T) []string {
 	}
 	var ids []string
 	for _, sb := range all {
-		if !tenants[sb.ID] && sb.State == sandbox.StateRunning {
+		if !tenants[sb.ID] && sb.State == keeper.StateRunning {
 			ids = append(ids, sb.ID)
 		}
 	}

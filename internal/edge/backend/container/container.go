@@ -133,55 +133,6 @@ func (b *Backend) watchKeeper() {
 	}
 }
 
-func (b *Backend) ensureKeeper(ctx context.Context) error {
-	v, err := b.keeper.Version(ctx)
-	if err == nil {
-		if v.Protocol != keeper.Protocol {
-			return errdefs.Newf(errdefs.ErrFailedPrecondition,
-				"the node keeper (pid %d) speaks protocol %d, this dsec %d: run `dsec purge` or stop the keeper", v.Pid, v.Protocol, keeper.Protocol)
-		}
-		if v.Version != b.cfg.Version {
-			b.log.Warn("node keeper runs another dsec version", "keeper", v.Version, "edge", b.cfg.Version)
-		}
-		return nil
-	}
-	args := []string{"--uid-base", fmt.Sprint(b.cfg.IDMap.HostID), "--uid-count", fmt.Sprint(b.cfg.IDMap.Size)}
-	if b.cfg.UIDRanges != 0 {
-		args = append(args, "--uid-ranges", fmt.Sprint(b.cfg.UIDRanges))
-	}
-	if b.cfg.Runtime != "" {
-		args = append(args, "--runtime", b.cfg.Runtime)
-	}
-	if b.cfg.CgroupParent != "" {
-		args = append(args, "--cgroup-parent", b.cfg.CgroupParent)
-	}
-	if !b.cfg.HostPidsReserve.IsZero() {
-		args = append(args, "--host-pids-reserve", b.cfg.HostPidsReserve.String())
-	}
-	if !b.cfg.HostMemoryReserve.IsZero() {
-		args = append(args, "--host-memory-reserve", b.cfg.HostMemoryReserve.String())
-	}
-	if b.cfg.DiskQuota != "" {
-		args = append(args, "--disk-quota", b.cfg.DiskQuota)
-	}
-	if b.cfg.WarmPool != 0 {
-		args = append(args, "--warm-pool", fmt.Sprint(b.cfg.WarmPool))
-	}
-	if b.cfg.BlobSource != "" {
-		args = append(args, "--blob-source", b.cfg.BlobSource)
-	}
-	if b.cfg.ChunkCache != "" {
-		args = append(args, "--chunk-cache", b.cfg.ChunkCache)
-	}
-	if b.cfg.ChunkCacheSize != 0 {
-		args = append(args, "--chunk-cache-size", fmt.Sprint(b.cfg.ChunkCacheSize))
-	}
-	if b.cfg.ChunkSize != 0 {
-		args = append(args, "--chunk-size", fmt.Sprint(b.cfg.ChunkSize))
-	}
-	return keeper.Start(ctx, b.cfg.Self, b.cfg.StateDir, args)
-}
-
 // Describe implements sandbox.Backend.
 func (b *Backend) Describe() sandbox.Description {
 	d := sandbox.Description{Name: Name, Tier: sandbox.TierContainer, Features: []sandbox.Capability{
@@ -204,7 +155,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Status
 	if err := sandbox.CheckSpec(b, spec); err != nil {
 		return sandbox.Status{}, err
 	}
-	info, err := b.keeper.Create(ctx, keeper.CreateRequest{ID: spec.ID, Layers: spec.Layers, Resources: spec.Resources})
+	info, err := b.keeper.Create(ctx, keeper.CreateRequest{ID: spec.ID, Layers: toKeeperLayers(spec.Layers), Resources: toKeeperResources(spec.Resources)})
 	if err != nil {
 		return sandbox.Status{}, err
 	}
@@ -239,7 +190,7 @@ func (b *Backend) List(ctx context.Context) ([]sandbox.Status, error) {
 }
 
 func status(info keeper.SandboxInfo) sandbox.Status {
-	return sandbox.Status{ID: info.ID, State: info.State, Reason: info.Reason, Pid: info.Pid, RunningExecs: info.RunningExecs}
+	return sandbox.Status{ID: info.ID, State: fromKeeperState(info.State), Reason: info.Reason, Pid: info.Pid, RunningExecs: info.RunningExecs}
 }
 
 // Stats implements sandbox.Backend.
@@ -272,29 +223,32 @@ func (b *Backend) ResizeTTY(ctx context.Context, id, execID string, rows, cols u
 
 // ListExecs implements sandbox.Backend.
 func (b *Backend) ListExecs(ctx context.Context, id string) ([]sandbox.ExecInfo, error) {
-	return b.keeper.ListExecs(ctx, id)
+	execs, err := b.keeper.ListExecs(ctx, id)
+	return fromKeeperExecs(execs), err
 }
 
 // Events implements sandbox.EventSource.
 func (b *Backend) Events(ctx context.Context, cursor string) ([]sandbox.Event, string, error) {
-	return b.keeper.Events(ctx, cursor)
+	evs, next, err := b.keeper.Events(ctx, cursor)
+	return fromKeeperEvents(evs), next, err
 }
 
 var _ sandbox.EventSource = (*Backend)(nil)
 
 // StartExec implements sandbox.Backend.
 func (b *Backend) StartExec(ctx context.Context, id string, spec sandbox.ExecSpec) error {
-	return b.keeper.StartExec(ctx, keeper.ExecRequest{Sandbox: id, Spec: spec})
+	return b.keeper.StartExec(ctx, keeper.ExecRequest{Sandbox: id, Spec: toKeeperExec(spec)})
 }
 
 // WaitExec implements sandbox.Backend.
 func (b *Backend) WaitExec(ctx context.Context, id, execID string) (sandbox.ExitStatus, error) {
-	return b.keeper.WaitExec(ctx, id, execID)
+	st, err := b.keeper.WaitExec(ctx, id, execID)
+	return fromKeeperExit(st), err
 }
 
 // OpenOutput implements sandbox.Backend.
 func (b *Backend) OpenOutput(_ context.Context, id, execID string, s sandbox.Stream) (sandbox.Output, error) {
-	f, err := os.Open(b.keeper.OutputPath(id, execID, s))
+	f, err := os.Open(b.keeper.OutputPath(id, execID, toKeeperStream(s)))
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, errdefs.Newf(errdefs.ErrNotFound, "exec %s not found in sandbox %s", execID, id)

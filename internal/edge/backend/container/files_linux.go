@@ -29,7 +29,7 @@ func (b *Backend) openRoot(ctx context.Context, id string) (box, error) {
 	if err != nil {
 		return box{}, err
 	}
-	if info.State != sandbox.StateRunning || info.Pid <= 0 {
+	if info.State != keeper.StateRunning || info.Pid <= 0 {
 		return box{}, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s: its files can no longer be reached", id, info.State)
 	}
 	root, err := sandboxfs.OpenRoot("/proc/" + strconv.Itoa(info.Pid) + "/root")
