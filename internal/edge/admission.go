@@ -76,3 +76,29 @@ func (e *Edge) admitDisk(disk int64) (release func(), err error) {
 		})
 	}, nil
 }
+
+// Admission is what a node's admission holds.
+type Admission struct {
+	// MemoryCommitted adds up the memory limits of every sandbox with a
+	// record (state.go); MemoryCapacity is what they may add up to.
+	MemoryCommitted, MemoryCapacity int64
+	// DiskCommitted adds up their writable disks and exec output quotas.
+	DiskCommitted int64
+}
+
+// admission reports what admission holds now.
+func (e *Edge) admission() Admission {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Admission{
+		MemoryCommitted: e.committed,
+		MemoryCapacity:  e.memoryCapacity(),
+		DiskCommitted:   e.diskCommitted,
+	}
+}
+
+// memoryCapacity is what the memory limits of a node's sandboxes may add
+// up to.
+func (e *Edge) memoryCapacity() int64 {
+	return int64(float64(e.cfg.MemoryBytes) * e.cfg.MemoryOvercommit)
+}

@@ -253,7 +253,7 @@ func fileType(m fs.FileMode) string {
 	return "file"
 }
 
-var stateProto = map[string]sandboxv1.State{
+var stateProto = map[State]sandboxv1.State{
 	StateCreating: sandboxv1.State_STATE_CREATING,
 	StateRunning:  sandboxv1.State_STATE_RUNNING,
 	StateExited:   sandboxv1.State_STATE_EXITED,

@@ -112,6 +112,10 @@ type Config struct {
 	// StateSync is how often node state changes are flushed to disk as a
 	// group (default 100 ms); negative flushes every change.
 	StateSync time.Duration
+	// ReconcileEvery is how often the reconcile tick drives half-done
+	// sandboxes (creating, deleting) to their end while the edge runs
+	// (default 5 s).
+	ReconcileEvery time.Duration
 }
 
 // Edge is a running node agent.
@@ -129,10 +133,11 @@ type Edge struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	committed     int64                // memory limits of live sandboxes
-	diskCommitted int64                // disks and output quotas of live sandboxes
+	committed     int64                // memory limits of the sandboxes with records (state.go)
+	diskCommitted int64                // their disks and output quotas
 	activity      map[string]time.Time // last API use per sandbox
 	streams       map[string]int       // open exec streams per sandbox
+	ops           map[string]op        // operations in flight (reconcile.go)
 }
 
 // New opens the node state, reconciles it with the backends and starts the
@@ -195,6 +200,9 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, err
 	}
+	if cfg.ReconcileEvery <= 0 {
+		cfg.ReconcileEvery = defaultReconcileEvery
+	}
 	if cfg.StateSync == 0 {
 		cfg.StateSync = 100 * time.Millisecond
 	}
@@ -204,10 +212,10 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	}
 	e := &Edge{
 		cfg: cfg, log: cfg.Logger, store: st, stop: make(chan struct{}),
-		activity: map[string]time.Time{}, streams: map[string]int{},
+		activity: map[string]time.Time{}, streams: map[string]int{}, ops: map[string]op{},
 		diskSpace: func() (ceiling.Space, error) { return ceiling.DiskSpace(cfg.StateDir) },
 	}
-	if err := e.reconcile(ctx); err != nil {
+	if err := e.recover(ctx); err != nil {
 		st.close()
 		return nil, err
 	}
@@ -242,123 +250,69 @@ func (e *Edge) Close() error {
 // Node returns the node's name.
 func (e *Edge) Node() string { return e.cfg.Node }
 
-// reconcile makes the records and the backends agree.
-func (e *Edge) reconcile(ctx context.Context) error {
-	recs, err := e.store.list()
-	if err != nil {
-		return err
-	}
-	byID := map[string]*Record{}
-	for _, r := range recs {
-		byID[r.ID] = r
-	}
-	now := time.Now()
-	for name, be := range e.cfg.Backends {
-		live, err := be.List(ctx)
-		if err != nil {
-			return fmt.Errorf("list %s sandboxes: %w", name, err)
-		}
-		liveByID := map[string]sandbox.Status{}
-		for _, s := range live {
-			liveByID[s.ID] = s
-			r := byID[s.ID]
-			if r == nil || r.Backend != name {
-				e.log.Info("removing sandbox without a record", "sandbox", s.ID, "backend", name)
-				if err := be.Delete(ctx, s.ID); err != nil {
-					e.log.Warn("remove orphaned sandbox", "sandbox", s.ID, "err", err)
-				}
-			}
-		}
-		for _, r := range recs {
-			if r.Backend != name {
-				continue
-			}
-			s, alive := liveByID[r.ID]
-			switch {
-			case r.State == StateCreating || r.State == StateDeleting:
-				e.log.Info("finishing interrupted operation", "sandbox", r.ID, "state", r.State)
-				if err := be.Delete(ctx, r.ID); err != nil {
-					e.log.Warn("remove sandbox", "sandbox", r.ID, "err", err)
-					continue
-				}
-				_ = e.store.remove(r.ID)
-				delete(byID, r.ID)
-			case r.State == StateRunning && !alive:
-				_, _ = e.store.update(r.ID, func(r *Record) error {
-					r.State, r.Reason = StateFailed, "lost: the node keeper no longer has this sandbox"
-					return nil
-				})
-			case r.State == StateRunning && s.State == sandbox.StateExited:
-				_, _ = e.store.update(r.ID, func(r *Record) error {
-					r.State, r.Reason = StateExited, s.Reason
-					return nil
-				})
-			}
-		}
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, r := range byID {
-		// A sandbox holds what it was admitted until its record goes
-		// (deleteOne): an exited one still has its disk and output.
-		if r.State != StateDeleting {
-			e.committed += r.Resources.MemoryBytes
-			e.diskCommitted += e.diskNeed(r.Resources.DiskBytes)
-		}
-		e.activity[r.ID] = now
-	}
-	return nil
-}
-
-// reapLoop deletes sandboxes whose hard or idle TTL has passed.
+// reapLoop deletes sandboxes whose hard or idle TTL has passed, and runs
+// the reconcile tick.
 func (e *Edge) reapLoop() {
 	defer e.wg.Done()
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(min(time.Second, e.cfg.ReconcileEvery))
 	defer t.Stop()
-	var lastIdemSweep time.Time
+	lastIdemSweep, lastReconcile := time.Now(), time.Now()
 	for {
 		select {
 		case <-e.stop:
 			return
 		case <-t.C:
 		}
-		recs, err := e.store.list()
-		if err != nil {
-			e.log.Warn("list sandboxes for TTLs", "err", err)
-			continue
-		}
 		now := time.Now()
-		for _, r := range recs {
-			if r.State == StateDeleting || r.State == StateCreating {
-				continue
-			}
-			reason := ""
-			switch {
-			case !r.ExpiresAt.IsZero() && now.After(r.ExpiresAt):
-				reason = "hard TTL expired"
-			case r.IdleTTL > 0 && e.idleFor(r.ID, now) > r.IdleTTL:
-				reason = "idle TTL expired"
-			}
-			if reason == "" {
-				continue
-			}
-			if reason == "idle TTL expired" && e.runningExecs(r) > 0 {
-				e.touch(r.ID) // a command still runs: not idle
-				continue
-			}
-			e.log.Info("reaping sandbox", "sandbox", r.ID, "reason", reason)
+		if now.Sub(lastReconcile) >= e.cfg.ReconcileEvery {
+			lastReconcile = now
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if err := e.deleteOne(ctx, r.ID, EventTTLExpired, reason); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
-				e.log.Warn("reap sandbox", "sandbox", r.ID, "err", err)
+			if err := e.reconcileOnce(ctx); err != nil {
+				e.log.Warn("reconcile", "err", err)
 			}
 			cancel()
 		}
+		e.reap(now)
 		if now.Sub(lastIdemSweep) > time.Minute {
 			lastIdemSweep = now
 			if err := e.store.expireIdem(now); err != nil {
 				e.log.Warn("expire idempotency keys", "err", err)
 			}
 		}
+	}
+}
+
+// reap deletes the sandboxes whose hard or idle TTL has passed at now.
+func (e *Edge) reap(now time.Time) {
+	recs, err := e.store.list()
+	if err != nil {
+		e.log.Warn("list sandboxes for TTLs", "err", err)
+		return
+	}
+	for _, r := range recs {
+		if !states[r.State].reapable {
+			continue
+		}
+		reason := ""
+		switch {
+		case !r.ExpiresAt.IsZero() && now.After(r.ExpiresAt):
+			reason = "hard TTL expired"
+		case r.IdleTTL > 0 && e.idleFor(r.ID, now) > r.IdleTTL:
+			reason = "idle TTL expired"
+		}
+		if reason == "" {
+			continue
+		}
+		if reason == "idle TTL expired" && e.runningExecs(r) > 0 {
+			e.touch(r.ID) // a command still runs: not idle
+			continue
+		}
+		e.log.Info("reaping sandbox", "sandbox", r.ID, "reason", reason)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := e.deleteOne(ctx, r.ID, EventTTLExpired, reason); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+			e.log.Warn("reap sandbox", "sandbox", r.ID, "err", err)
+		}
+		cancel()
 	}
 }
 
@@ -455,7 +409,7 @@ func (e *Edge) visible(caller Caller, sel map[string]string) ([]*Record, error) 
 	}
 	out := recs[:0]
 	for _, r := range recs {
-		if caller.sees(r) && matches(r.Labels, sel) && r.State != StateDeleting {
+		if caller.sees(r) && matches(r.Labels, sel) && states[r.State].visible {
 			out = append(out, r)
 		}
 	}
@@ -469,7 +423,7 @@ func (e *Edge) lookup(caller Caller, id string) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !caller.sees(r) || r.State == StateDeleting {
+	if !caller.sees(r) || !states[r.State].visible {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s not found: it was deleted or never existed (list sandboxes with `dsec ps`)", id)
 	}
 	return r, nil

@@ -158,30 +158,16 @@ func (e *Edge) eventLoop(name string, src sandbox.EventSource) {
 }
 
 func (e *Edge) handleBackendEvent(ev sandbox.Event) {
+	r, err := e.store.get(ev.Sandbox)
+	if err != nil {
+		return // deleted meanwhile, or not the edge's
+	}
 	switch ev.Type {
 	case sandbox.EventExited:
-		r, err := e.store.update(ev.Sandbox, func(r *Record) error {
-			if r.State == StateRunning {
-				r.State, r.Reason = StateExited, ev.Reason
-			}
-			return nil
-		})
-		if err == nil && r.State == StateExited {
-			e.publish(EventExited, r, ev.Reason)
-		}
-	case sandbox.EventOOM:
-		if r, err := e.store.get(ev.Sandbox); err == nil {
-			e.publish(EventOOM, r, ev.Reason)
-		}
+		e.ended(r, StateExited, ev.Reason)
 	case sandbox.EventFailed:
-		r, err := e.store.update(ev.Sandbox, func(r *Record) error {
-			if r.State == StateRunning {
-				r.State, r.Reason = StateFailed, ev.Reason
-			}
-			return nil
-		})
-		if err == nil && r.State == StateFailed {
-			e.publish(EventFailed, r, ev.Reason)
-		}
+		e.ended(r, StateFailed, ev.Reason)
+	case sandbox.EventOOM:
+		e.publish(EventOOM, r, ev.Reason)
 	}
 }

@@ -64,7 +64,7 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 	if err != nil {
 		return err
 	}
-	if r.State != StateRunning {
+	if !r.active() {
 		return errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s (%s): create a new one", r.ID, r.State, r.Reason)
 	}
 	argv := p.Argv

@@ -80,7 +80,7 @@ func (e *Edge) WriteFile(ctx context.Context, caller Caller, p WriteParams, r io
 	if err != nil {
 		return sandbox.FileInfo{}, err
 	}
-	if rec.State != StateRunning {
+	if !rec.active() {
 		return sandbox.FileInfo{}, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s: its files can no longer be written", rec.ID, rec.State)
 	}
 	if p.Mode&^(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
@@ -135,7 +135,7 @@ func (e *Edge) fileBackend(caller Caller, id string) (sandbox.Backend, *Record, 
 	if err != nil {
 		return nil, nil, err
 	}
-	if r.State != StateRunning {
+	if !r.active() {
 		return nil, nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s: its files can no longer be reached", r.ID, r.State)
 	}
 	be, err := e.backend(r.Backend)

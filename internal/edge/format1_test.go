@@ -14,15 +14,21 @@ import (
 // copy's path: fixtures are never opened in place.
 func copyFixture(t *testing.T, name string) string {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), filepath.Base(name))
+	copyFixtureTo(t, name, path)
+	return path
+}
+
+// copyFixtureTo copies testdata/NAME to path.
+func copyFixtureTo(t *testing.T, name, path string) {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), filepath.Base(name))
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return path
 }
 
 // format1Record is what a test expects of one record of the format 1

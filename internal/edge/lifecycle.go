@@ -2,9 +2,12 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -123,7 +126,7 @@ func (e *Edge) normalize(p *CreateParams) error {
 
 // admit reserves memory for a sandbox or refuses it.
 func (e *Edge) admit(mem int64) (release func(), err error) {
-	limit := int64(float64(e.cfg.MemoryBytes) * e.cfg.MemoryOvercommit)
+	limit := e.memoryCapacity()
 	if avail := memAvailable(); avail > 0 && avail < e.cfg.MemoryReserve {
 		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
 			"node %s is short of memory (%d MiB available, reserve %d MiB): retry later or on another node",
@@ -221,49 +224,81 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 	}
 	r := &Record{
 		ID: e.newID(), Image: img.Name, Layers: img.Layers, Labels: p.Labels,
-		Project: project, Backend: p.Backend, State: StateCreating,
+		Project: project, Backend: p.Backend,
 		Resources: p.Resources, ImageEnv: img.Env, Env: p.Env,
 		Workdir: workdir, User: user,
 		CreatedAt: now, ExpiresAt: now.Add(p.TTL), IdleTTL: p.IdleTTL,
 	}
-	if err := e.store.insert(r); err != nil {
+	spec := sandbox.Spec{ID: r.ID, Layers: img.Layers, Resources: p.Resources, Env: sandboxEnv(r)}
+	if err := sandbox.CheckSpec(be, spec); err != nil {
 		release()
 		return nil, err
 	}
+	done := e.busy(r.ID, opCreate)
+	defer done()
+	if err := e.begin(r); err != nil {
+		release()
+		return nil, err
+	}
+	// From here the record holds the admission until it is deleted.
 	tInserted := time.Now()
 	e.touch(r.ID)
-	_, err = be.Create(ctx, sandbox.Spec{ID: r.ID, Layers: img.Layers, Resources: p.Resources, Env: img.Env})
+	crashPoint("create:recorded")
+	_, err = be.Create(ctx, spec)
 	tBackend := time.Now()
+	crashPoint("create:made")
 	defer func() {
 		e.log.Debug("create phases", "sandbox", r.ID, "resolve_ms", ms(tResolved.Sub(start)), "insert_ms", ms(tInserted.Sub(tResolved)),
 			"backend_ms", ms(tBackend.Sub(tInserted)), "update_ms", ms(time.Since(tBackend)))
 	}()
 	if err != nil {
-		release()
-		// Leave nothing behind, even if the caller has gone.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if derr := be.Delete(cctx, r.ID); derr != nil {
-			e.log.Warn("clean up failed create", "sandbox", r.ID, "err", derr)
-			_, _ = e.store.update(r.ID, func(r *Record) error { r.State = StateDeleting; return nil })
+		if _, terr := e.transition(r.ID, StateCreating, StateDeleting, err.Error(), nil); terr != nil {
+			e.log.Warn("record failed create", "sandbox", r.ID, "err", terr)
 		} else {
-			_ = e.store.remove(r.ID)
+			// Leave nothing behind, even if the caller has gone; what the
+			// backend cannot remove now, the reconcile tick retries.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if derr := e.finishDelete(cctx, be, r.ID); derr != nil {
+				e.log.Warn("clean up failed create", "sandbox", r.ID, "err", derr)
+			}
 		}
-		r.State, r.Reason = StateFailed, err.Error()
-		e.publish(EventFailed, r, err.Error())
 		return nil, fmt.Errorf("create sandbox from %s: %w", img.Name, err)
 	}
-	r, err = e.store.update(r.ID, func(r *Record) error {
-		r.State = StateRunning
-		return nil
-	})
-	if err == nil {
-		e.publish(EventCreated, r, "")
-		if m := e.cfg.Metrics; m != nil {
-			m.CreateSeconds.WithLabelValues(r.Backend).Observe(time.Since(start).Seconds())
+	r, err = e.transition(r.ID, StateCreating, StateRunning, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	crashPoint("create:running")
+	if m := e.cfg.Metrics; m != nil {
+		m.CreateSeconds.WithLabelValues(r.Backend).Observe(time.Since(start).Seconds())
+	}
+	return r, nil
+}
+
+// sandboxEnv is a sandbox's environment: the image's, then its own.
+func sandboxEnv(r *Record) []string {
+	env := map[string]string{}
+	var keys []string
+	for _, kv := range r.ImageEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			if _, seen := env[k]; !seen {
+				keys = append(keys, k)
+			}
+			env[k] = v
 		}
 	}
-	return r, err
+	for _, k := range slices.Sorted(maps.Keys(r.Env)) {
+		if _, seen := env[k]; !seen {
+			keys = append(keys, k)
+		}
+		env[k] = r.Env[k]
+	}
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k + "=" + env[k]
+	}
+	return out
 }
 
 // Get returns one sandbox, with its state refreshed from the backend.
@@ -276,7 +311,8 @@ func (e *Edge) Get(ctx context.Context, caller Caller, id string) (*Record, erro
 	return e.refresh(ctx, r), nil
 }
 
-// refresh notices a sandbox whose init has ended.
+// refresh notices a sandbox whose init has ended or that its backend
+// lost.
 func (e *Edge) refresh(ctx context.Context, r *Record) *Record {
 	if r.State != StateRunning {
 		return r
@@ -286,31 +322,34 @@ func (e *Edge) refresh(ctx context.Context, r *Record) *Record {
 		return r
 	}
 	st, err := be.Status(ctx, r.ID)
-	var state, reason string
 	switch {
 	case errdefs.Is(err, errdefs.ErrNotFound):
-		state, reason = StateFailed, "lost: the node keeper no longer has this sandbox"
+		return e.ended(r, StateFailed, reasonLost)
 	case err != nil:
 		return r
 	case st.State == sandbox.StateExited:
-		state, reason = StateExited, st.Reason
-	default:
-		return r
-	}
-	if nr, err := e.store.update(r.ID, func(r *Record) error {
-		if r.State == StateRunning {
-			r.State, r.Reason = state, reason
-		}
-		return nil
-	}); err == nil {
-		typ := EventExited
-		if state == StateFailed {
-			typ = EventFailed
-		}
-		e.publish(typ, nr, reason)
-		return nr
+		return e.ended(r, StateExited, st.Reason)
 	}
 	return r
+}
+
+// reasonLost is the reason of a running sandbox its backend no longer has.
+const reasonLost = "lost: the node keeper no longer has this sandbox"
+
+// ended moves a running record to exited or failed and returns it as it
+// is now (as it was, if it had moved on).
+func (e *Edge) ended(r *Record, to State, reason string) *Record {
+	nr, err := e.transition(r.ID, StateRunning, to, reason, nil)
+	if err != nil {
+		if !errors.Is(err, errTransition) && !errdefs.Is(err, errdefs.ErrNotFound) {
+			e.log.Warn("record sandbox end", "sandbox", r.ID, "state", to, "err", err)
+		}
+		if cur, gerr := e.store.get(r.ID); gerr == nil {
+			return cur
+		}
+		return r
+	}
+	return nr
 }
 
 // List returns the sandboxes caller may see that match every label of sel.
@@ -388,20 +427,25 @@ func (e *Edge) DeleteSelector(ctx context.Context, caller Caller, sel map[string
 	return deleted, first
 }
 
-// deleteOne deletes a sandbox and publishes typ (deleted, or ttl_expired).
+// deleteOne deletes a sandbox and publishes typ (deleted, or ttl_expired)
+// once the backend removed everything. A sandbox still being created is
+// FailedPrecondition; one already being deleted is NotFound.
 func (e *Edge) deleteOne(ctx context.Context, id, typ, reason string) error {
-	var prev string
-	r, err := e.store.update(id, func(r *Record) error {
-		if r.State == StateDeleting {
-			return errdefs.Newf(errdefs.ErrNotFound, "sandbox %s is being deleted", id)
-		}
-		prev = r.State
-		r.State = StateDeleting
-		return nil
-	})
+	done, err := e.claim(id, opDelete)
 	if err != nil {
 		return err
 	}
+	defer done()
+	r, err := e.transition(id, "", StateDeleting, reason, func(r *Record) { r.EndEvent = typ })
+	if errors.Is(err, errTransition) {
+		// Only a deleting record cannot become deleting: finishing its
+		// delete is the reconcile tick's.
+		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %s is being deleted", id)
+	}
+	if err != nil {
+		return err
+	}
+	crashPoint("delete:marked")
 	be, err := e.backend(r.Backend)
 	if err != nil {
 		return err
@@ -409,24 +453,22 @@ func (e *Edge) deleteOne(ctx context.Context, id, typ, reason string) error {
 	// Deletion finishes even when the caller goes away.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	if err := be.Delete(dctx, id); err != nil {
-		_, _ = e.store.update(id, func(r *Record) error { r.State = prev; return nil })
-		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	if err := e.finishDelete(dctx, be, id); err != nil {
+		return fmt.Errorf("delete sandbox %s (the node retries it): %w", id, err)
 	}
-	if err := e.store.remove(id); err != nil {
+	return nil
+}
+
+// finishDelete has the backend remove a deleting sandbox and then removes
+// its record, releasing its admission. If the backend fails, the record
+// stays deleting (and keeps its admission) for the reconcile tick.
+func (e *Edge) finishDelete(ctx context.Context, be sandbox.Backend, id string) error {
+	if err := be.Delete(ctx, id); err != nil {
 		return err
 	}
-	r.State, r.Reason = StateDeleting, reason
-	e.publish(typ, r, reason)
-	e.mu.Lock()
-	// Every state but deleting (which deleteOne refuses) holds what the
-	// sandbox was admitted, exited and failed ones too: reconcile counts
-	// them so.
-	e.committed -= r.Resources.MemoryBytes
-	e.diskCommitted -= e.diskNeed(r.Resources.DiskBytes)
-	delete(e.activity, id)
-	e.mu.Unlock()
-	return nil
+	crashPoint("delete:removed")
+	_, err := e.transition(id, StateDeleting, StateDeleted, "", nil)
+	return err
 }
 
 // NodeStatus is the node's load for placement.
@@ -459,7 +501,7 @@ func (e *Edge) Status() (NodeStatus, error) {
 	}
 	st := NodeStatus{
 		Node: e.cfg.Node, CPUs: e.cfg.CPUs, MemoryBytes: e.cfg.MemoryBytes,
-		MemoryAdmissible: int64(float64(e.cfg.MemoryBytes) * e.cfg.MemoryOvercommit),
+		MemoryAdmissible: e.memoryCapacity(),
 		MemoryAvailable:  memAvailable(),
 		Sandboxes:        int64(len(recs)),
 	}

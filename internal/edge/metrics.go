@@ -25,6 +25,14 @@ var (
 	descAggMem      = prometheus.NewDesc("dsec_sandboxes_memory_bytes", "Memory the running sandboxes use, by project and backend.", []string{"project", "backend"}, nil)
 	descAggMemLimit = prometheus.NewDesc("dsec_sandboxes_memory_limit_bytes", "Memory limits of the running sandboxes added up, by project and backend.", []string{"project", "backend"}, nil)
 
+	// What admission holds: every sandbox with a record, in any state,
+	// holds its memory limit until it is deleted; capacity is what the
+	// memory limits may add up to (the node's memory, or the sandboxes'
+	// memory ceiling, times the memory overcommit).
+	descMemCommitted  = prometheus.NewDesc("dsec_node_memory_committed_bytes", "Memory limits admitted on this node: the sandboxes' that are not yet deleted, in any state.", nil, nil)
+	descMemCapacity   = prometheus.NewDesc("dsec_node_memory_capacity_bytes", "Memory limits this node admits in all (its memory times --memory-overcommit).", nil, nil)
+	descDiskCommitted = prometheus.NewDesc("dsec_node_disk_committed_bytes", "Writable disks and exec output quotas admitted on this node (sandboxes not yet deleted).", nil, nil)
+
 	// Per sandbox, only with MetricsPerSandbox.
 	descCPU      = prometheus.NewDesc("dsec_sandbox_cpu_seconds_total", "CPU time a sandbox used (dsec up --metrics-per-sandbox).", []string{"sandbox", "project"}, nil)
 	descCPULimit = prometheus.NewDesc("dsec_sandbox_cpus_limit", "CPU cap of a sandbox, in cores (dsec up --metrics-per-sandbox).", []string{"sandbox", "project"}, nil)
@@ -33,7 +41,7 @@ var (
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	ds := []*prometheus.Desc{descSandboxes, descAggCPU, descAggCPULimit, descAggMem, descAggMemLimit}
+	ds := []*prometheus.Desc{descSandboxes, descAggCPU, descAggCPULimit, descAggMem, descAggMemLimit, descMemCommitted, descMemCapacity, descDiskCommitted}
 	if c.e.cfg.MetricsPerSandbox {
 		ds = append(ds, descCPU, descCPULimit, descMem, descMemLimit)
 	}
@@ -47,11 +55,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	type stateKey struct{ state, backend, project string }
+	type stateKey struct {
+		state            State
+		backend, project string
+	}
 	type useKey struct{ project, backend string }
 	type use struct{ cpu, cpus, mem, memLimit float64 }
 	counts := map[stateKey]int{}
-	for _, s := range []string{StateCreating, StateRunning, StateExited, StateFailed, StateDeleting} {
+	for _, s := range []State{StateCreating, StateRunning, StateExited, StateFailed, StateDeleting} {
 		counts[stateKey{s, c.e.cfg.DefaultBackend, "default"}] = 0
 	}
 	uses := map[useKey]*use{}
@@ -94,6 +105,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAggMemLimit, prometheus.GaugeValue, u.memLimit, k.project, k.backend)
 	}
 	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(n), k.state, k.backend, k.project)
+		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(n), string(k.state), k.backend, k.project)
 	}
+	a := c.e.admission()
+	ch <- prometheus.MustNewConstMetric(descMemCommitted, prometheus.GaugeValue, float64(a.MemoryCommitted))
+	ch <- prometheus.MustNewConstMetric(descMemCapacity, prometheus.GaugeValue, float64(a.MemoryCapacity))
+	ch <- prometheus.MustNewConstMetric(descDiskCommitted, prometheus.GaugeValue, float64(a.DiskCommitted))
 }

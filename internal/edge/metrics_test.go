@@ -43,6 +43,12 @@ func scrape(t *testing.T, perSandbox bool) string {
 		DefaultBackend: "container", MetricsPerSandbox: perSandbox,
 		Backends: map[string]sandbox.Backend{"container": statsBackend{}},
 	}}
+	return gather(t, e)
+}
+
+// gather returns what /metrics shows of e, one series a line.
+func gather(t *testing.T, e *Edge) string {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(collector{e}); err != nil {
 		t.Fatal(err)
@@ -95,5 +101,34 @@ func TestMetricsPerSandbox(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("/metrics with --metrics-per-sandbox lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestMetricsAdmission: /metrics shows what admission holds, so an operator
+// sees it balance: exited sandboxes still hold, deleted ones do not.
+func TestMetricsAdmission(t *testing.T) {
+	n := newTestNode(t)
+	e := n.open()
+	defer e.Close()
+	a, b := create(t, e, 64*testMiB), create(t, e, 128*testMiB)
+	n.node.Exit(a.ID, "done")
+	eventually(t, "exit recorded", func() bool { return state(e, a.ID) == StateExited })
+	out := gather(t, e)
+	for _, want := range []string{
+		"dsec_node_memory_committed_bytes 201326592\n",
+		"dsec_node_memory_capacity_bytes 1073741824\n",
+		"dsec_node_disk_committed_bytes 67108864\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, out)
+		}
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		if err := e.Delete(context.Background(), admin, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := gather(t, e); !strings.Contains(out, "dsec_node_memory_committed_bytes 0\n") || !strings.Contains(out, "dsec_node_disk_committed_bytes 0\n") {
+		t.Errorf("/metrics after every sandbox was deleted:\n%s", out)
 	}
 }

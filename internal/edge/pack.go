@@ -111,9 +111,9 @@ func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, opt
 	switch {
 	case !caller.sees(r):
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s not found: it was deleted or never existed (list sandboxes with `dsec ps`)", id)
-	case r.State == StateDeleting:
+	case !states[r.State].visible:
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is being deleted: pack a sandbox that runs, before deleting it", id)
-	case r.State != StateRunning:
+	case !r.active():
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running: only a running sandbox can be packed", id, r.State)
 	}
 	ls, ok := e.cfg.Images.(LayerStore)

@@ -32,7 +32,7 @@ type Record struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 	Project   string            `json:"project"`
 	Backend   string            `json:"backend"`
-	State     string            `json:"state"`
+	State     State             `json:"state"`
 	Reason    string            `json:"reason,omitempty"`
 	Resources sandbox.Resources `json:"resources"`
 	// ImageEnv is the image's environment; Env the sandbox's own on top.
@@ -43,16 +43,13 @@ type Record struct {
 	CreatedAt time.Time         `json:"created_at"`
 	ExpiresAt time.Time         `json:"expires_at"`
 	IdleTTL   time.Duration     `json:"idle_ttl"`
+	// TTLStopped is when the hard TTL clock stopped (state.go); zero
+	// while it runs.
+	TTLStopped time.Time `json:"ttl_stopped,omitzero"`
+	// EndEvent is the event published when a deleting record is removed
+	// (deleted, ttl_expired, or none for a create that failed).
+	EndEvent string `json:"end_event,omitempty"`
 }
-
-// The states the edge records (backends report running and exited).
-const (
-	StateCreating = "creating"
-	StateRunning  = "running"
-	StateExited   = "exited"
-	StateFailed   = "failed"
-	StateDeleting = "deleting"
-)
 
 type store struct {
 	db *bolt.DB
@@ -172,12 +169,6 @@ func (s *store) get(id string) (*Record, error) {
 		return json.Unmarshal(v, r)
 	})
 	return r, err
-}
-
-func (s *store) remove(id string) error {
-	return s.updateTx(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketSandboxes).Delete([]byte(id))
-	})
 }
 
 func (s *store) list() ([]*Record, error) {

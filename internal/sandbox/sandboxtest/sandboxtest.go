@@ -2,8 +2,8 @@
 // passes: container today, and fncall, microvm, vm and gVisor as they land.
 // Each case names the isolation tiers it belongs to and the capabilities
 // it needs, so each backend runs the cases that apply to it. The suite
-// drives real sandboxes. Fake is a hand-written backend in memory for the
-// edge's own tests; it passes the cases of no tier in particular.
+// drives real sandboxes. Fake (fake.go) is a hand-written backend in
+// memory for the edge's own tests.
 package sandboxtest
 
 import (

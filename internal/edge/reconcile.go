@@ -1,0 +1,162 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
+)
+
+// An operation in flight on a sandbox. The reconcile tick leaves sandboxes
+// with one alone; a delete of a sandbox being created waits for its
+// create.
+type op string
+
+const (
+	opCreate op = "create"
+	opDelete op = "delete"
+)
+
+// defaultReconcileEvery is Config.ReconcileEvery's default.
+const defaultReconcileEvery = 5 * time.Second
+
+// busy marks an operation in flight on sandbox id (whose record does not
+// exist yet or is the caller's) and returns the func that ends it.
+func (e *Edge) busy(id string, o op) func() {
+	e.mu.Lock()
+	e.ops[id] = o
+	e.mu.Unlock()
+	return func() {
+		e.mu.Lock()
+		delete(e.ops, id)
+		e.mu.Unlock()
+	}
+}
+
+// claim marks an operation in flight on sandbox id unless one is: a
+// sandbox being created is FailedPrecondition (retry once it runs), one
+// being deleted NotFound.
+func (e *Edge) claim(id string, o op) (func(), error) {
+	e.mu.Lock()
+	cur, ok := e.ops[id]
+	e.mu.Unlock()
+	switch {
+	case ok && cur == opCreate:
+		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is still being created: retry once it runs", id), time.Second)
+	case ok:
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s is being deleted", id)
+	}
+	return e.busy(id, o), nil
+}
+
+// claimed reports whether an operation is in flight on sandbox id.
+func (e *Edge) claimed(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.ops[id]
+	return ok
+}
+
+// recover is the reconcile at start: it counts what every record holds
+// (each holds its admission until it is deleted) and then runs the tick
+// once, before the edge serves.
+func (e *Edge) recover(ctx context.Context) error {
+	recs, err := e.store.list()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, r := range recs {
+		e.hold(r)
+		e.mu.Lock()
+		e.activity[r.ID] = now
+		e.mu.Unlock()
+	}
+	return e.reconcileOnce(ctx)
+}
+
+// reconcileOnce makes the records and the backends agree, and drives every
+// half-done state to its end: a creating record no create is making is an
+// interrupted create (the edge restarted during it) and is deleted; a
+// deleting record no delete is finishing is deleted again; a running
+// record whose sandbox ended or is gone becomes exited or failed; a
+// sandbox without a record is removed. Sandboxes with an operation in
+// flight are left to it.
+func (e *Edge) reconcileOnce(ctx context.Context) error {
+	var firstErr error
+	for name, be := range e.cfg.Backends {
+		// List before reading the records: a record is written before its
+		// sandbox is made and removed after it is gone, so a sandbox
+		// listed here without a record read after is an orphan.
+		live, err := be.List(ctx)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("list %s sandboxes: %w", name, err)
+			}
+			continue
+		}
+		recs, err := e.store.list()
+		if err != nil {
+			return err
+		}
+		byID := map[string]*Record{}
+		for _, r := range recs {
+			byID[r.ID] = r
+		}
+		liveByID := map[string]sandbox.Status{}
+		for _, s := range live {
+			liveByID[s.ID] = s
+			if r := byID[s.ID]; (r == nil || r.Backend != name) && !e.claimed(s.ID) {
+				e.log.Info("removing sandbox without a record", "sandbox", s.ID, "backend", name)
+				if err := be.Delete(ctx, s.ID); err != nil {
+					e.log.Warn("remove orphaned sandbox", "sandbox", s.ID, "err", err)
+				}
+			}
+		}
+		for _, r := range recs {
+			if r.Backend != name || e.claimed(r.ID) {
+				continue
+			}
+			s, alive := liveByID[r.ID]
+			switch r.State {
+			case StateCreating:
+				e.log.Info("finishing an interrupted create", "sandbox", r.ID)
+				if _, err := e.transition(r.ID, StateCreating, StateDeleting, "interrupted: the node restarted while it was created", nil); err != nil {
+					if !errors.Is(err, errTransition) {
+						e.log.Warn("record interrupted create", "sandbox", r.ID, "err", err)
+					}
+					continue // or its create has just ended
+				}
+				e.retryDelete(ctx, be, r.ID)
+			case StateDeleting:
+				e.retryDelete(ctx, be, r.ID)
+			case StateRunning:
+				switch {
+				case !alive:
+					// Ask again: its create may have ended after the list.
+					e.refresh(ctx, r)
+				case s.State == sandbox.StateExited:
+					e.ended(r, StateExited, s.Reason)
+				}
+			}
+		}
+	}
+	return firstErr
+}
+
+// retryDelete finishes the delete of a deleting record unless an
+// operation is in flight on it; a failure is logged and retried at the
+// next tick.
+func (e *Edge) retryDelete(ctx context.Context, be sandbox.Backend, id string) {
+	done, err := e.claim(id, opDelete)
+	if err != nil {
+		return
+	}
+	defer done()
+	if err := e.finishDelete(ctx, be, id); err != nil {
+		e.log.Warn("delete sandbox (retried at the next reconcile)", "sandbox", id, "err", err)
+	}
+}
