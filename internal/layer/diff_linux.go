@@ -32,13 +32,14 @@ func BuildDiff(ctx context.Context, upper string, out io.WriteSeeker, d Diff, op
 		return Info{}, err
 	}
 	if d.Size == 0 {
-		return Info{}, errdefs.Newf(errdefs.ErrInvalidArgument, "diff of %s: no id range to shift owners from", upper)
+		return Info{}, errdefs.Newf(errdefs.ErrInvalidArgument, "diff of a writable layer: no id range to shift owners from")
 	}
 	opts.KeepWhiteouts = true
 	rootFd, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return Info{}, fmt.Errorf("upper directory %s: %w", upper, errdefs.ErrNotFound)
+		// upper is a host path, and this message is shown to users.
+		return Info{}, errdefs.Newf(errdefs.ErrNotFound, "the sandbox's writable layer is gone; was the sandbox deleted meanwhile?")
 	case err != nil:
 		return Info{}, fmt.Errorf("open upper directory %s: %w", upper, &os.PathError{Op: "open", Path: upper, Err: err})
 	}

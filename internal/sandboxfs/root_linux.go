@@ -46,9 +46,10 @@ func OpenRoot(name string) (*Root, error) {
 	case nil:
 		return &Root{fd: fd, name: name}, nil
 	case unix.ENOENT, unix.ESRCH:
-		return nil, newError(errdefs.ErrNotFound, err, "the sandbox's root %s does not exist; has the sandbox exited?", name)
+		// name is a host path (/proc/PID/root): users see none.
+		return nil, newError(errdefs.ErrNotFound, err, "the sandbox's root does not exist; has the sandbox exited?")
 	case unix.ENOTDIR:
-		return nil, newError(errdefs.ErrInvalidArgument, err, "the sandbox's root %s is not a directory", name)
+		return nil, newError(errdefs.ErrInvalidArgument, err, "the sandbox's root is not a directory")
 	}
 	return nil, fmt.Errorf("open sandbox root %s: %w", name, err)
 }
