@@ -50,7 +50,7 @@ const stdinWriteTimeout = 30 * time.Second
 
 func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	spec := req.Spec
-	tm := newPhases()
+	tm := newPhases("exec")
 	defer func() { k.log.Debug("exec start phases", "exec", spec.ID, "ms", tm.String()) }()
 	if !execIDRe.MatchString(spec.ID) {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec id %q: use 1-64 of [a-zA-Z0-9_.-]", spec.ID)

@@ -91,7 +91,7 @@ func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer
 	if err := packable(b); err != nil {
 		return nil, layer.Info{}, 0, err
 	}
-	tm := newPhases()
+	tm := newPhases("pack")
 	defer func() { k.log.Debug("pack phases", "sandbox", req.Sandbox, "ms", tm.String()) }()
 	info := b.snapshot()
 	upper := boxPaths{dir: b.dir(k.l)}.upper()

@@ -177,7 +177,7 @@ func (k *Keeper) create(ctx context.Context, req CreateRequest) (info SandboxInf
 // b. The init's end is watched once b is a user's sandbox (see watchInit).
 func (k *Keeper) start(ctx context.Context, b *box, req CreateRequest) error {
 	slot, dir := b.info.slot(), b.dir(k.l)
-	tm := newPhases()
+	tm := newPhases("create")
 	defer func() { k.log.Debug("create phases", "sandbox", slot, "ms", tm.String()) }()
 	p := boxPaths{dir: dir}
 	for _, d := range []string{p.bundle(), p.rootfs(), p.upper(), p.work(), filepath.Join(p.dir, "execs")} {
@@ -654,7 +654,7 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 	b.mu.Unlock()
 	dir := b.dir(k.l)
 	log := k.log.With("sandbox", id, "slot", slot)
-	tm := newPhases()
+	tm := newPhases("delete")
 	defer func() { log.Debug("delete phases", "ms", tm.String()) }()
 	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -747,6 +747,7 @@ func (k *Keeper) destroy(ctx context.Context, b *box) {
 	if err := os.RemoveAll(p.dir); err != nil {
 		log.Warn("remove sandbox dir", "err", err)
 	}
+	tm.mark("dir")
 	// Last: nothing of the sandbox runs or is left with its ids.
 	b.mu.Lock()
 	ids, held := b.info.IDs(k.cfg.IDMap), b.info.IDBase != 0 || b.info.Adopted
@@ -887,15 +888,18 @@ func (k *Keeper) diskUsage(id string) (used, limit int64) {
 	return used, info.DiskLimit
 }
 
-// phases times the steps of an operation for debug logs.
+// phases times the steps of an operation for debug logs. The end of each
+// step is a crash point of test builds (crash_on.go): op:name.
 type phases struct {
+	op   string
 	last time.Time
 	out  []string
 }
 
-func newPhases() *phases { return &phases{last: time.Now()} }
+func newPhases(op string) *phases { return &phases{op: op, last: time.Now()} }
 
 func (p *phases) mark(name string) {
+	crashPoint(p.op + ":" + name)
 	now := time.Now()
 	p.out = append(p.out, fmt.Sprintf("%s=%.1f", name, float64(now.Sub(p.last).Microseconds())/1000))
 	p.last = now
