@@ -177,3 +177,18 @@ func retryDetail(ce *connect.Error, err error) {
 		}
 	}
 }
+
+// Public returns what users may be shown of err outside a call's reply (a
+// sandbox's failure reason, an event), by the rule of the package comment,
+// and false when that is nothing: an internal error's text is the log's,
+// which the Reporter of the call that returns err writes.
+func Public(err error) (string, bool) {
+	r := classify(err)
+	switch {
+	case r.internal:
+		return "", false
+	case r.pass != nil:
+		return Clip(r.pass.Message()), true
+	}
+	return Clip(r.msg), true
+}

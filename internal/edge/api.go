@@ -36,7 +36,14 @@ const (
 func (e *Edge) Handler(token string) http.Handler {
 	mux := http.NewServeMux()
 	limits := reqlimit.New(e.cfg.MaxRequestBytes)
-	opts := connect.WithHandlerOptions(connect.WithInterceptors(errorInterceptor{}), limits.ConnectOption())
+	errs := apierr.Interceptor{
+		Reporter: apierr.NewReporter(e.log, "node "+e.cfg.Node),
+		Caller: func(_ context.Context, h http.Header) (string, string) {
+			c := callerOf(h)
+			return c.Project, c.KeyID
+		},
+	}
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(errs), limits.ConnectOption())
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxAPI{e: e}, opts))
 	mux.Handle(nodev1connect.NewNodeServiceHandler(&nodeAPI{e: e}, opts))
 	mux.Handle(imagev1connect.NewLayerUseServiceHandler(&layerUseAPI{e: e}, opts))
@@ -48,26 +55,6 @@ func (e *Edge) Handler(token string) http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	}))
-}
-
-// errorInterceptor turns kind-wrapped errors into API codes, in one place.
-type errorInterceptor struct{}
-
-func (errorInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		resp, err := next(ctx, req)
-		return resp, apierr.ToConnect(err)
-	}
-}
-
-func (errorInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (errorInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		return apierr.ToConnect(next(ctx, conn))
-	}
 }
 
 func callerOf(h http.Header) Caller {

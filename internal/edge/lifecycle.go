@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsecproject/dsec/internal/apierr"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/sandbox"
 )
@@ -252,7 +253,15 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 			"backend_ms", ms(tBackend.Sub(tInserted)), "update_ms", ms(time.Since(tBackend)))
 	}()
 	if err != nil {
-		if _, terr := e.transition(r.ID, StateCreating, StateDeleting, err.Error(), nil); terr != nil {
+		// The reason is shown to users (events, the record while it is
+		// deleted); an internal error's text is only for the log, which
+		// gets it when the create's reply is sent, with an id the reply
+		// names.
+		reason, ok := apierr.Public(err)
+		if !ok {
+			reason = "internal error: the create's reply names an id under which the node's log has the details"
+		}
+		if _, terr := e.transition(r.ID, StateCreating, StateDeleting, reason, nil); terr != nil {
 			e.log.Warn("record failed create", "sandbox", r.ID, "err", terr)
 		} else {
 			// Leave nothing behind, even if the caller has gone; what the
