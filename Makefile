@@ -5,8 +5,11 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # systems have no C library.
 LDFLAGS := -X main.version=$(VERSION) -linkmode external -extldflags -static
 TAGS    := netgo,osusergo
+# The API (generated code, error kinds, the sparse tar format) and the Go SDK
+# are modules of their own; the server's go.mod points at them with replace.
+MODULES := api sdk/go
 
-.PHONY: help build test test-root test-all lint fmt gen check-gen fresh-build bench density bench-fusion bench-pack bench-layers bench-lazy clean
+.PHONY: help build test test-modules test-root test-all lint fmt gen check-gen fresh-build bench density bench-fusion bench-pack bench-layers bench-lazy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -14,8 +17,11 @@ help: ## list the targets
 build: ## build the static binary bin/dsec
 	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -ldflags '$(LDFLAGS)' -o bin/dsec ./cmd/dsec
 
-test: ## unit tests with -race (root tests skip without root)
+test: ## unit tests with -race (root tests skip without root; internal/layering runs the API's and SDK's too)
 	$(GO) test -race ./...
+
+test-modules: ## the API and SDK modules on their own (GOWORK=off, in their directories): tests with -race
+	@for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) test -race ./...) || exit 1; done
 
 test-root: build ## every test as root, including real sandboxes (sudo make test-root)
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) test -race -count=1 ./...
@@ -23,11 +29,14 @@ test-root: build ## every test as root, including real sandboxes (sudo make test
 test-all: ## what CI runs: packages, build, generated code, lint, all tests
 	scripts/test.sh
 
-lint: ## gofmt, go vet and staticcheck
+lint: ## gofmt, go.mod files tidy, go vet and staticcheck, in every module
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$\|connect\.go$$')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) tool staticcheck ./...
+	@for m in . $(MODULES); do \
+		(cd $$m && GOWORK=off $(GO) mod tidy -diff) || { echo "$$m/go.mod is not tidy: run go mod tidy there"; exit 1; }; \
+		(cd $$m && GOWORK=off $(GO) vet ./...) || exit 1; \
+	done
+	$(GO) tool staticcheck ./... $(addprefix github.com/dsecproject/dsec/,$(addsuffix /...,$(MODULES)))
 
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')

@@ -1,9 +1,11 @@
 #!/bin/sh
 # Regenerates the Go code of the protobuf API under api/. Needs protoc and
 # the well-known types' .proto files (Debian: protobuf-compiler and
-# libprotobuf-dev); the plugins come from go.mod's tool directives. The
-# code is generated into a temporary directory and replaces api/'s
-# generated files only when protoc succeeded.
+# libprotobuf-dev); the plugins come from the root go.mod's tool directives
+# (api/go.mod, the API module's own, requires their runtimes at the same
+# versions: internal/layering checks it). The code is generated into a
+# temporary directory and replaces api/'s generated files (not its go.mod or
+# its hand-written packages) only when protoc succeeded.
 set -eu
 cd "$(dirname "$0")/.."
 include=/usr/include

@@ -16,8 +16,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsecproject/dsec/api/sparse"
 	"github.com/dsecproject/dsec/internal/edge"
-	"github.com/dsecproject/dsec/internal/sparse"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 

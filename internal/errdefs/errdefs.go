@@ -1,4 +1,6 @@
-// Package errdefs defines the kinds of error every dsec component returns.
+// Package errdefs defines the kinds of error every dsec component returns:
+// the API's kinds (github.com/dsecproject/dsec/api/errkind, shared with the
+// Go SDK) and the server's helpers around them.
 //
 // Errors are wrapped with context by the code that meets them
 // (fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)) and classified with
@@ -12,28 +14,28 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dsecproject/dsec/api/errkind"
 )
 
-// The kinds. Each is a sentinel; wrap it, never compare messages.
+// The kinds: the API module's sentinels (errkind), so that the server's
+// errors and the Go SDK's are the same values. Each is a sentinel; wrap it,
+// never compare messages.
 var (
-	ErrInvalidArgument    = errors.New("invalid argument")
-	ErrNotFound           = errors.New("not found")
-	ErrAlreadyExists      = errors.New("already exists")
-	ErrFailedPrecondition = errors.New("failed precondition")
-	ErrResourceExhausted  = errors.New("resource exhausted")
-	ErrDeadlineExceeded   = errors.New("deadline exceeded")
-	ErrUnauthenticated    = errors.New("unauthenticated")
-	ErrPermissionDenied   = errors.New("permission denied")
-	ErrUnavailable        = errors.New("unavailable")
-	ErrInternal           = errors.New("internal error")
+	ErrInvalidArgument    = errkind.ErrInvalidArgument
+	ErrNotFound           = errkind.ErrNotFound
+	ErrAlreadyExists      = errkind.ErrAlreadyExists
+	ErrFailedPrecondition = errkind.ErrFailedPrecondition
+	ErrResourceExhausted  = errkind.ErrResourceExhausted
+	ErrDeadlineExceeded   = errkind.ErrDeadlineExceeded
+	ErrUnauthenticated    = errkind.ErrUnauthenticated
+	ErrPermissionDenied   = errkind.ErrPermissionDenied
+	ErrUnavailable        = errkind.ErrUnavailable
+	ErrInternal           = errkind.ErrInternal
 )
 
 // Kinds lists every kind, in the order of CONTRACT.md.
-var Kinds = []error{
-	ErrInvalidArgument, ErrNotFound, ErrAlreadyExists, ErrFailedPrecondition,
-	ErrResourceExhausted, ErrDeadlineExceeded, ErrUnauthenticated,
-	ErrPermissionDenied, ErrUnavailable, ErrInternal,
-}
+var Kinds = errkind.All
 
 // Kind returns the kind err wraps, or ErrInternal when it wraps none.
 // A context deadline counts as ErrDeadlineExceeded.

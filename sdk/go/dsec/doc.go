@@ -2,6 +2,10 @@
 // sandboxes, run commands in them, move files in and out, manage images and
 // API keys.
 //
+// It is the module github.com/dsecproject/dsec/sdk/go, which requires the
+// API module (github.com/dsecproject/dsec/api), Connect, protobuf and a TOML
+// parser: none of the server's dependencies (no etcd, no gRPC).
+//
 // A program normally finds the server and its key the way the dsec CLI
 // does, then shares one Client:
 //

@@ -9,28 +9,29 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
-	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/api/errkind"
 )
 
 // The error kinds of CONTRACT.md. Every error this package returns for a
 // failed call wraps exactly one of them (or is context.Canceled); classify
-// with errors.Is, never by message. They are the same values the dsec server
+// with errors.Is, never by message. They are the API module's kinds
+// (github.com/dsecproject/dsec/api/errkind), the same values the dsec server
 // components use, so code that mixes both can compare freely.
 var (
-	ErrInvalidArgument    = errdefs.ErrInvalidArgument
-	ErrNotFound           = errdefs.ErrNotFound
-	ErrAlreadyExists      = errdefs.ErrAlreadyExists
-	ErrFailedPrecondition = errdefs.ErrFailedPrecondition
+	ErrInvalidArgument    = errkind.ErrInvalidArgument
+	ErrNotFound           = errkind.ErrNotFound
+	ErrAlreadyExists      = errkind.ErrAlreadyExists
+	ErrFailedPrecondition = errkind.ErrFailedPrecondition
 	// ErrResourceExhausted: the platform is full or a quota is reached; the
 	// Error usually carries a RetryAfter hint.
-	ErrResourceExhausted = errdefs.ErrResourceExhausted
-	ErrDeadlineExceeded  = errdefs.ErrDeadlineExceeded
-	ErrUnauthenticated   = errdefs.ErrUnauthenticated
-	ErrPermissionDenied  = errdefs.ErrPermissionDenied
+	ErrResourceExhausted = errkind.ErrResourceExhausted
+	ErrDeadlineExceeded  = errkind.ErrDeadlineExceeded
+	ErrUnauthenticated   = errkind.ErrUnauthenticated
+	ErrPermissionDenied  = errkind.ErrPermissionDenied
 	// ErrUnavailable: the server could not be reached or dropped the call;
 	// the call may be retried (creates with an idempotency key).
-	ErrUnavailable = errdefs.ErrUnavailable
-	ErrInternal    = errdefs.ErrInternal
+	ErrUnavailable = errkind.ErrUnavailable
+	ErrInternal    = errkind.ErrInternal
 )
 
 // Error is the error of a failed call: its kind, the message for people
@@ -71,7 +72,8 @@ func newError(kind error, format string, args ...any) *Error {
 }
 
 // codes is the one table from API codes to kinds: the inverse of the
-// server's (internal/apierr). Codes not listed here map to ErrInternal,
+// server's (its internal/apierr; a test of the server's module checks that
+// the two agree). Codes not listed here map to ErrInternal,
 // except Canceled (context.Canceled) and Aborted (ErrFailedPrecondition),
 // which the server never sends for a kind but proxies and runtimes might.
 var codes = map[connect.Code]error{

@@ -12,22 +12,42 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/dsecproject/dsec/internal/apierr"
-	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/api/errkind"
 )
 
-// TestErrorKinds sends every kind through the server's own table
-// (internal/apierr) and checks that the client maps it back, on a unary
-// call and on a stream.
+// kindCodes gives the code the server sends for each kind. The server's
+// own table (its internal/apierr) is checked against this package's
+// inverse by a test in the server's module, which sends every kind through
+// it to this client.
+var kindCodes = map[error]connect.Code{
+	ErrInvalidArgument:    connect.CodeInvalidArgument,
+	ErrNotFound:           connect.CodeNotFound,
+	ErrAlreadyExists:      connect.CodeAlreadyExists,
+	ErrFailedPrecondition: connect.CodeFailedPrecondition,
+	ErrResourceExhausted:  connect.CodeResourceExhausted,
+	ErrDeadlineExceeded:   connect.CodeDeadlineExceeded,
+	ErrUnauthenticated:    connect.CodeUnauthenticated,
+	ErrPermissionDenied:   connect.CodePermissionDenied,
+	ErrUnavailable:        connect.CodeUnavailable,
+	ErrInternal:           connect.CodeInternal,
+}
+
+// TestErrorKinds sends every kind of the API as its code and checks that
+// the client maps it back, on a unary call, a server stream and a client
+// stream.
 func TestErrorKinds(t *testing.T) {
 	f := newFake()
 	c, _ := f.start(t, testKey)
 	ctx := t.Context()
 	sb := c.Sandbox("sb-a")
-	for _, kind := range errdefs.Kinds {
+	for _, kind := range errkind.All {
 		t.Run(kind.Error(), func(t *testing.T) {
+			code, ok := kindCodes[kind]
+			if !ok {
+				t.Fatalf("kind %v has no code in kindCodes", kind)
+			}
 			msg := "sandbox sb-a: " + kind.Error() + ": do something about it"
-			f.setFail(apierr.ToConnect(errdefs.Newf(kind, "%s", msg)))
+			f.setFail(connect.NewError(code, errors.New(msg)))
 
 			_, unaryErr := c.Get(ctx, "sb-a")
 			_, streamErr := sb.Exec(ctx, []string{"true"})
@@ -41,7 +61,7 @@ func TestErrorKinds(t *testing.T) {
 				if !errors.Is(err, kind) || de.Kind != kind {
 					t.Errorf("%s = kind %v, want %v", name, de.Kind, kind)
 				}
-				if kind != ErrInternal && de.Message != msg {
+				if de.Message != msg {
 					t.Errorf("%s message = %q, want %q", name, de.Message, msg)
 				}
 			}
@@ -90,7 +110,7 @@ func TestErrorCodes(t *testing.T) {
 		}
 	}
 	// A kind of its own, so that nothing matches the wrong sentinel.
-	for _, k := range errdefs.Kinds {
+	for _, k := range errkind.All {
 		if k == ErrNotFound {
 			continue
 		}
@@ -104,8 +124,15 @@ func TestRetryHint(t *testing.T) {
 	f := newFake()
 	c, _ := f.start(t, testKey)
 
-	// Through the server's own conversion.
-	f.setFail(apierr.ToConnect(errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted, "node full: try again later"), 1500*time.Millisecond)))
+	// A unary call, as the server sends it (its own conversion is checked
+	// by the server's module).
+	full := connect.NewError(connect.CodeResourceExhausted, errors.New("node full: try again later"))
+	hint, derr := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(1500 * time.Millisecond)})
+	if derr != nil {
+		t.Fatal(derr)
+	}
+	full.AddDetail(hint)
+	f.setFail(full)
 	_, err := c.Create(t.Context(), CreateOptions{Image: "debian"})
 	var de *Error
 	if !errors.As(err, &de) || de.Kind != ErrResourceExhausted || de.RetryAfter != 1500*time.Millisecond {

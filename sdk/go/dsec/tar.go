@@ -16,7 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
-	"github.com/dsecproject/dsec/internal/sparse"
+	"github.com/dsecproject/dsec/api/sparse"
 )
 
 // TarStats counts what UploadTar extracted: regular files (and fifos),

@@ -1,5 +1,11 @@
 // Package sparse carries the holes of sparse files through tar archives.
 //
+// It is the encoding of the sparse entries in the API's tar streams
+// (UploadTar, DownloadTar), so it lives in the API module, where both the
+// server and the Go SDK use it without either importing the other; the
+// Python SDK writes and reads the same format. It needs only the standard
+// library.
+//
 // A file's data segments are found with SEEK_DATA/SEEK_HOLE (Segments) and
 // written as a POSIX PAX entry in the GNU sparse format 1.0 (Writer): a PAX
 // extended header with GNU.sparse.major=1, GNU.sparse.minor=0,

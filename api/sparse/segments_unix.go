@@ -5,8 +5,7 @@ package sparse
 import (
 	"errors"
 	"os"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // Segments returns the data segments of the first size bytes of f, as
@@ -17,11 +16,11 @@ import (
 func Segments(f *os.File, size int64) ([]Segment, error) {
 	var segs []Segment
 	for off := int64(0); off < size; {
-		d, err := f.Seek(off, unix.SEEK_DATA)
+		d, err := f.Seek(off, seekData)
 		switch {
-		case errors.Is(err, unix.ENXIO):
+		case errors.Is(err, syscall.ENXIO):
 			return segs, nil // a hole to the end
-		case errors.Is(err, unix.EINVAL) && off == 0:
+		case errors.Is(err, syscall.EINVAL) && off == 0:
 			return []Segment{{0, size}}, nil // no hole support
 		case err != nil:
 			return nil, err
@@ -32,7 +31,7 @@ func Segments(f *os.File, size int64) ([]Segment, error) {
 		if len(segs) == MaxSegments-1 {
 			return append(segs, Segment{d, size - d}), nil
 		}
-		h, err := f.Seek(d, unix.SEEK_HOLE)
+		h, err := f.Seek(d, seekHole)
 		if err != nil {
 			return nil, err
 		}
