@@ -31,6 +31,8 @@ type reply struct {
 	withheld bool
 	// remote: another dsec server converted (and logged) it already.
 	remote bool
+	// detail is the text of WithDetail's detail, for the log only.
+	detail string
 }
 
 // classify applies the rule of the package comment to err.
@@ -59,8 +61,29 @@ func classify(err error) reply {
 		return r
 	}
 	r.msg, r.withheld = cutHostPaths(err.Error(), err)
+	var de *detailError
+	if errors.As(err, &de) {
+		r.detail, r.withheld = de.detail.Error(), true
+	}
 	return r
 }
+
+// WithDetail returns err, whose message is written for users, with detail
+// for the log only: users see err's message and an id, under which the
+// Reporter logs detail beside it. detail is not in err's chain, so its
+// kind and types do not count: use it for what helps an operator and no
+// user (a transport error naming a socket, a runtime's output).
+func WithDetail(err, detail error) error {
+	if err == nil || detail == nil {
+		return err
+	}
+	return &detailError{err: err, detail: detail}
+}
+
+type detailError struct{ err, detail error }
+
+func (e *detailError) Error() string { return e.err.Error() }
+func (e *detailError) Unwrap() error { return e.err }
 
 // internalCode reports whether a connect error of code c made on this side
 // is a fault of the platform rather than of the transport or the call.
@@ -92,6 +115,9 @@ func (r reply) build(id string, c Call, where string) *connect.Error {
 			id, what, where, where)
 	case r.withheld:
 		suffix := fmt.Sprintf(" (host paths left out: %s's log has them under id %s)", where, id)
+		if r.detail != "" {
+			suffix = fmt.Sprintf(" (%s's log has the details under id %s)", where, id)
+		}
 		msg = clip(r.msg, MaxMessageBytes-len(suffix)) + suffix
 	default:
 		msg = Clip(r.msg)

@@ -103,7 +103,7 @@ func levelOf(rp reply) slog.Level {
 func (r *Reporter) logOnce(ctx context.Context, level slog.Level, c Call, rp reply) string {
 	text := rp.err.Error()
 	h := fnv.New64a()
-	for _, s := range []string{level.String(), rp.code.String(), c.Procedure, c.Project, c.KeyID, text} {
+	for _, s := range []string{level.String(), rp.code.String(), c.Procedure, c.Project, c.KeyID, text, rp.detail} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
@@ -138,7 +138,7 @@ func (r *Reporter) logOnce(ctx context.Context, level slog.Level, c Call, rp rep
 	r.recent[key] = &entry{id: id, at: now}
 	r.mu.Unlock()
 
-	attrs := make([]slog.Attr, 0, 9)
+	attrs := make([]slog.Attr, 0, 10)
 	if id != "" {
 		attrs = append(attrs, slog.String("id", id))
 	}
@@ -155,6 +155,9 @@ func (r *Reporter) logOnce(ctx context.Context, level slog.Level, c Call, rp rep
 		attrs = append(attrs, slog.Int("repeated", repeat))
 	}
 	attrs = append(attrs, slog.String("err", text))
+	if rp.detail != "" {
+		attrs = append(attrs, slog.String("detail", rp.detail))
+	}
 	r.log.LogAttrs(ctx, level, "API call failed", attrs...)
 	return id
 }

@@ -398,3 +398,27 @@ func msgOf(err error) string {
 	}
 	return ce.Message()
 }
+
+// TestWithDetail checks that a detail for the log stays out of the reply,
+// which names the id under which the log has it.
+func TestWithDetail(t *testing.T) {
+	log, buf := newLog(slog.LevelInfo)
+	transport := connect.NewError(connect.CodeUnavailable, errors.New("dial unix /var/lib/dsec/edge.sock: connect: no such file or directory"))
+	err := errdefs.RetryAfter(WithDetail(errdefs.Newf(errdefs.ErrUnavailable, "node n1 is unreachable: retry"), transport), time.Second)
+	got := NewReporter(log, "the API server").ToConnect(t.Context(), Call{Procedure: "/dsec.sandbox.v1.SandboxService/Get"}, err)
+	re := regexp.MustCompile(`^node n1 is unreachable: retry \(the API server's log has the details under id ([0-9a-f]{16})\)$`)
+	m := re.FindStringSubmatch(msgOf(got))
+	if m == nil || connect.CodeOf(got) != connect.CodeUnavailable || RetryDelay(got) != time.Second {
+		t.Fatalf("ToConnect(%v) = %v %q (retry %v), want Unavailable matching %s, retry 1s", err, connect.CodeOf(got), msgOf(got), RetryDelay(got), re)
+	}
+	want := []map[string]string{{
+		"level": "WARN", "msg": "API call failed", "id": m[1], "code": "unavailable",
+		"procedure": "/dsec.sandbox.v1.SandboxService/Get", "err": "node n1 is unreachable: retry", "detail": transport.Error(),
+	}}
+	if diff := cmp.Diff(want, buf.entries(t)); diff != "" {
+		t.Errorf("log (-want +got):\n%s", diff)
+	}
+	if msg, ok := Public(err); !ok || msg != "node n1 is unreachable: retry" {
+		t.Errorf("Public(%v) = %q, %v, want the message without the detail", err, msg, ok)
+	}
+}
