@@ -44,7 +44,7 @@ func BuildDiff(ctx context.Context, upper string, out io.WriteSeeker, d Diff, op
 		return Info{}, fmt.Errorf("open upper directory %s: %w", upper, &os.PathError{Op: "open", Path: upper, Err: err})
 	}
 	defer unix.Close(rootFd)
-	s := &scanner{dir: upper, rootFd: rootFd, opts: opts, inodes: map[devIno]*node{}, t: &tree{}}
+	s := &scanner{dir: upper, inSandbox: true, rootFd: rootFd, opts: opts, inodes: map[devIno]*node{}, t: &tree{}}
 	var st unix.Stat_t
 	if err := unix.Fstat(rootFd, &st); err != nil {
 		return Info{}, fmt.Errorf("stat %s: %w", upper, err)

@@ -63,12 +63,15 @@ func BuildFromDir(ctx context.Context, dir string, out io.WriteSeeker, opts Opti
 type devIno struct{ dev, ino uint64 }
 
 type scanner struct {
-	dir    string
-	rootFd int
-	opts   Options
-	inodes map[devIno]*node // hard-linked inodes seen so far
-	total  int64            // bytes of file data so far
-	t      *tree
+	dir string
+	// inSandbox: dir is a sandbox's upper directory, a host path; messages
+	// users see name its files by their paths in the sandbox.
+	inSandbox bool
+	rootFd    int
+	opts      Options
+	inodes    map[devIno]*node // hard-linked inodes seen so far
+	total     int64            // bytes of file data so far
+	t         *tree
 }
 
 func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
@@ -217,9 +220,17 @@ func (s *scanner) path(rel string) string {
 	return s.dir + "/" + rel
 }
 
+// shown is how a message users see names the file at rel.
+func (s *scanner) shown(rel string) string {
+	if s.inSandbox {
+		return "/" + rel + " in the sandbox"
+	}
+	return s.path(rel)
+}
+
 func (s *scanner) changed(rel string) error {
 	return errdefs.Newf(errdefs.ErrFailedPrecondition,
-		"%s changed while the layer was built; stop what writes to it and build again", s.path(rel))
+		"%s changed while the layer was built; stop what writes to it and build again", s.shown(rel))
 }
 
 // xattrs reads the extended attributes of p without following a final
@@ -247,7 +258,7 @@ func (s *scanner) xattrs(p xattrSource, rel string) (map[string]string, error) {
 		out[name] = v
 	}
 	if err := checkXattrs(out); err != nil {
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "%s: %v", s.path(rel), err)
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "%s: %v", s.shown(rel), err)
 	}
 	return out, nil
 }

@@ -405,7 +405,8 @@ func spoolTar(ctx context.Context, src io.Reader, dir string, max int64) (*os.Fi
 	}
 	f, err := os.CreateTemp(dir, ".dsec-upload-*.tar")
 	if err != nil {
-		return nil, errdefs.Newf(errdefs.ErrUnavailable, "spool the upload: %v", err)
+		// %w: apierr cuts the host path of the temporary file.
+		return nil, fmt.Errorf("spool the upload: %w: %w", errdefs.ErrUnavailable, err)
 	}
 	os.Remove(f.Name())
 	ok := false
@@ -423,7 +424,7 @@ func spoolTar(ctx context.Context, src io.Reader, dir string, max int64) (*os.Fi
 	n, err := io.Copy(w, lr)
 	switch {
 	case w.err != nil:
-		return nil, errdefs.Newf(errdefs.ErrUnavailable, "spool the upload: %v", w.err)
+		return nil, fmt.Errorf("spool the upload: %w: %w", errdefs.ErrUnavailable, w.err)
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case err != nil:
