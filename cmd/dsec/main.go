@@ -108,6 +108,7 @@ Start the platform on this machine with "dsec up -d", then:
 		newPackCmd(g),
 		newKeyCmd(g),
 		newProjectCmd(g),
+		newBackendsCmd(g),
 		newEvalCmd(),
 		newDoctorCmd(g),
 		newPurgeCmd(g),

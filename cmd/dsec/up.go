@@ -16,9 +16,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dsecproject/dsec/internal/edge"
 	"github.com/dsecproject/dsec/internal/keeper"
 	"github.com/dsecproject/dsec/internal/rootfs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/server"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
@@ -137,7 +137,7 @@ Build its images first (see docs/sandboxfusion.md):
 				CgroupParent: cgroupParent, DiskQuota: diskQuota, WarmPool: warmPool,
 				LazyLayers: lazyLayers, BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: ccSize, ChunkSize: cSize,
 				IDMap: rootfs.IDMap{HostID: uidBase, Size: uidCount}, UIDRanges: uidRanges,
-				Defaults:         edge.ContractDefaults,
+				Defaults:         sandbox.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
 				MaxRequestBytes: maxReq, MetricsPerSandbox: metricsPerSandbox,
 				Version: buildVersion(), Logger: log,

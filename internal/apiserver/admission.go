@@ -28,8 +28,8 @@ import (
 
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/internal/cluster"
-	"github.com/dsecproject/dsec/internal/edge"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/watcher"
 )
 
@@ -117,8 +117,8 @@ func (s *Server) checkTimeout(ctx context.Context, msg *sandboxv1.SetTimeoutRequ
 }
 
 // The edges' default TTLs (dsec up runs them with the contract's).
-func (s *Server) defaultTTL() time.Duration     { return edge.ContractDefaults.TTL }
-func (s *Server) defaultIdleTTL() time.Duration { return edge.ContractDefaults.IdleTTL }
+func (s *Server) defaultTTL() time.Duration     { return sandbox.ContractDefaults.TTL }
+func (s *Server) defaultIdleTTL() time.Duration { return sandbox.ContractDefaults.IdleTTL }
 
 // hiddenImage is what a caller that may not run an image is told: the
 // same as for an image that does not exist.

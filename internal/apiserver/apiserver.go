@@ -23,13 +23,14 @@ import (
 	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
 	"github.com/dsecproject/dsec/internal/apierr"
 	"github.com/dsecproject/dsec/internal/blobstore"
+	"github.com/dsecproject/dsec/internal/caller"
 	"github.com/dsecproject/dsec/internal/cluster"
-	"github.com/dsecproject/dsec/internal/edge"
 	"github.com/dsecproject/dsec/internal/edgeclient"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/metrics"
 	"github.com/dsecproject/dsec/internal/placement"
 	"github.com/dsecproject/dsec/internal/reqlimit"
+	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/watcher"
 )
 
@@ -86,7 +87,7 @@ func New(cfg Config) *Server {
 		cfg.DefaultBackend = "container"
 	}
 	if cfg.DefaultMemory == 0 {
-		cfg.DefaultMemory = edge.ContractDefaults.MemoryBytes
+		cfg.DefaultMemory = sandbox.ContractDefaults.MemoryBytes
 	}
 	if cfg.Placer == nil {
 		cfg.Placer = placement.New(placement.Config{})
@@ -121,7 +122,7 @@ func (s *Server) Handler() http.Handler {
 
 // edgeFor returns the connection to the edge that owns a sandbox.
 func (s *Server) edgeFor(ctx context.Context, id string) (*edgeclient.Conn, error) {
-	node, ok := edge.NodeOfID(id)
+	node, ok := sandbox.NodeOfID(id)
 	if !ok {
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "%.80q is not a sandbox ID (list sandboxes with `dsec ps`)", id)
 	}
@@ -152,13 +153,7 @@ func forward[T any](ctx context.Context, msg *T) *connect.Request[T] {
 
 func setIdentity(ctx context.Context, h http.Header) {
 	k := keyFrom(ctx)
-	h.Set(edge.HeaderProject, k.Project)
-	h.Set(edge.HeaderKeyID, k.ID)
-	if k.Admin {
-		h.Set(edge.HeaderAdmin, "1")
-	} else {
-		h.Del(edge.HeaderAdmin)
-	}
+	caller.Caller{Project: k.Project, KeyID: k.ID, Admin: k.Admin}.SetHeader(h)
 }
 
 // edgeErr turns an edge's reply error back into a kind, with a message

@@ -21,8 +21,8 @@ import (
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
 	"github.com/dsecproject/dsec/internal/blobstore"
+	"github.com/dsecproject/dsec/internal/caller"
 	"github.com/dsecproject/dsec/internal/cluster"
-	"github.com/dsecproject/dsec/internal/edge"
 	"github.com/dsecproject/dsec/internal/edgeclient"
 	"github.com/dsecproject/dsec/internal/watcher"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
@@ -47,7 +47,7 @@ func (e *countingEdge) Create(_ context.Context, req *connect.Request[sandboxv1.
 	defer e.mu.Unlock()
 	e.n++
 	sb := &sandboxv1.Sandbox{
-		Id: "n1-" + fakeID(e.n), Node: "n1", Project: req.Header().Get(edge.HeaderProject),
+		Id: "n1-" + fakeID(e.n), Node: "n1", Project: req.Header().Get(caller.HeaderProject),
 		Image: req.Msg.GetImage(), Resources: &sandboxv1.Resources{MemoryBytes: req.Msg.GetResources().GetMemoryBytes()},
 	}
 	if sb.Resources.MemoryBytes == 0 {
@@ -63,7 +63,7 @@ func (e *countingEdge) List(_ context.Context, req *connect.Request[sandboxv1.Li
 	defer e.mu.Unlock()
 	out := &sandboxv1.ListResponse{}
 	for _, sb := range e.sandboxes {
-		if sb.Project == req.Header().Get(edge.HeaderProject) {
+		if sb.Project == req.Header().Get(caller.HeaderProject) {
 			out.Sandboxes = append(out.Sandboxes, sb)
 		}
 	}

@@ -16,19 +16,11 @@ import (
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
 	"github.com/dsecproject/dsec/internal/apierr"
+	"github.com/dsecproject/dsec/internal/caller"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/reqlimit"
 	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/streams"
-)
-
-// Headers by which the control plane tells an edge who calls. An edge
-// accepts them only with the node token.
-const (
-	HeaderProject   = "Dsec-Project"
-	HeaderAdmin     = "Dsec-Admin"
-	HeaderKeyID     = "Dsec-Key-Id"
-	HeaderNodeToken = "Dsec-Node-Token"
 )
 
 // Handler returns the edge's HTTP handler: the sandbox API and the node API
@@ -48,7 +40,7 @@ func (e *Edge) Handler(token string) http.Handler {
 	mux.Handle(nodev1connect.NewNodeServiceHandler(&nodeAPI{e: e}, opts))
 	mux.Handle(imagev1connect.NewLayerUseServiceHandler(&layerUseAPI{e: e}, opts))
 	return limits.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := r.Header.Get(HeaderNodeToken)
+		got := r.Header.Get(caller.HeaderNodeToken)
 		if token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			http.Error(w, "dsec edge: only the control plane may call this node", http.StatusUnauthorized)
 			return
@@ -57,9 +49,7 @@ func (e *Edge) Handler(token string) http.Handler {
 	}))
 }
 
-func callerOf(h http.Header) Caller {
-	return Caller{Project: h.Get(HeaderProject), Admin: h.Get(HeaderAdmin) == "1", KeyID: h.Get(HeaderKeyID)}
-}
+func callerOf(h http.Header) Caller { return caller.FromHeader(h) }
 
 type sandboxAPI struct{ e *Edge }
 

@@ -259,3 +259,15 @@ func (w *chunkWriter) flush() error {
 }
 
 var _ io.Writer = (*chunkWriter)(nil)
+
+func (a *sandboxAPI) ListBackends(ctx context.Context, req *connect.Request[sandboxv1.ListBackendsRequest]) (*connect.Response[sandboxv1.ListBackendsResponse], error) {
+	out := &sandboxv1.ListBackendsResponse{}
+	for _, b := range a.e.Backends() {
+		info := &sandboxv1.BackendInfo{Node: a.e.cfg.Node, Name: b.Name, Tier: string(b.Tier), Default: b.Default}
+		for _, c := range b.Capabilities {
+			info.Capabilities = append(info.Capabilities, string(c))
+		}
+		out.Backends = append(out.Backends, info)
+	}
+	return connect.NewResponse(out), nil
+}

@@ -25,7 +25,7 @@ func TestCallerSees(t *testing.T) {
 		{"pool's service key, pool sandbox", Caller{Project: project.SandboxFusion}, pool, true},
 		{"pool's service key, tenant sandbox", Caller{Project: project.SandboxFusion}, tenant, false},
 	} {
-		if got := tt.caller.sees(tt.r); got != tt.want {
+		if got := sees(tt.caller, tt.r); got != tt.want {
 			t.Errorf("%s: %+v sees %s (project %s) = %v, want %v", tt.name, tt.caller, tt.r.ID, tt.r.Project, got, tt.want)
 		}
 	}

@@ -15,11 +15,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/dsecproject/dsec/internal/caller"
 	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/metrics"
@@ -44,25 +46,8 @@ type Image struct {
 }
 
 // Defaults are the limits and lifetimes of a sandbox whose request leaves
-// them out (CONTRACT.md).
-type Defaults struct {
-	MemoryBytes int64
-	CPUs        float64
-	Pids        int64
-	DiskBytes   int64
-	TTL         time.Duration
-	IdleTTL     time.Duration
-}
-
-// ContractDefaults are CONTRACT.md's defaults.
-var ContractDefaults = Defaults{
-	MemoryBytes: 512 << 20,
-	CPUs:        1,
-	Pids:        4096,
-	DiskBytes:   10 << 30,
-	TTL:         time.Hour,
-	IdleTTL:     15 * time.Minute,
-}
+// them out.
+type Defaults = sandbox.Defaults
 
 // Config configures an edge.
 type Config struct {
@@ -73,7 +58,7 @@ type Config struct {
 	Backends       map[string]sandbox.Backend
 	DefaultBackend string
 	Images         ImageResolver
-	// Defaults for create; zero fields take ContractDefaults.
+	// Defaults for create; zero fields take sandbox.ContractDefaults.
 	Defaults Defaults
 	// MemoryBytes is the node's memory (default: MemTotal).
 	MemoryBytes int64
@@ -109,8 +94,11 @@ type Config struct {
 	// MaxRequestBytes bounds request bodies and stream messages of the
 	// edge's API (internal/reqlimit; 0: reqlimit.DefaultMaxBytes).
 	MaxRequestBytes int64
-	// StateSync is how often node state changes are flushed to disk as a
-	// group (default 100 ms); negative flushes every change.
+	// StateSync says how node state changes reach the disk: 0 (the
+	// default) is an fsync'd group commit, each change durable when its
+	// call returns; negative is one fsync per change; positive flushes
+	// every StateSync without an fsync per change, which a power loss can
+	// corrupt (tests and benchmarks only). See openStore.
 	StateSync time.Duration
 	// ReconcileEvery is how often the reconcile tick drives half-done
 	// sandboxes (creating, deleting) to their end while the edge runs
@@ -156,22 +144,22 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	}
 	d := &cfg.Defaults
 	if d.MemoryBytes == 0 {
-		d.MemoryBytes = ContractDefaults.MemoryBytes
+		d.MemoryBytes = sandbox.ContractDefaults.MemoryBytes
 	}
 	if d.CPUs == 0 {
-		d.CPUs = ContractDefaults.CPUs
+		d.CPUs = sandbox.ContractDefaults.CPUs
 	}
 	if d.Pids == 0 {
-		d.Pids = ContractDefaults.Pids
+		d.Pids = sandbox.ContractDefaults.Pids
 	}
 	if d.DiskBytes == 0 {
-		d.DiskBytes = ContractDefaults.DiskBytes
+		d.DiskBytes = sandbox.ContractDefaults.DiskBytes
 	}
 	if d.TTL == 0 {
-		d.TTL = ContractDefaults.TTL
+		d.TTL = sandbox.ContractDefaults.TTL
 	}
 	if d.IdleTTL == 0 {
-		d.IdleTTL = ContractDefaults.IdleTTL
+		d.IdleTTL = sandbox.ContractDefaults.IdleTTL
 	}
 	if cfg.MemoryBytes == 0 {
 		cfg.MemoryBytes = memTotal()
@@ -202,9 +190,6 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	}
 	if cfg.ReconcileEvery <= 0 {
 		cfg.ReconcileEvery = defaultReconcileEvery
-	}
-	if cfg.StateSync == 0 {
-		cfg.StateSync = 100 * time.Millisecond
 	}
 	st, err := openStore(filepath.Join(cfg.StateDir, "edge.db"), cfg.StateSync)
 	if err != nil {
@@ -377,17 +362,12 @@ func (e *Edge) newID() string { return sandbox.NewID(e.cfg.Node) }
 func NodeOfID(id string) (string, bool) { return sandbox.NodeOfID(id) }
 
 // Caller is who makes a request, as the control plane authenticated it.
-type Caller struct {
-	Project string
-	Admin   bool
-	// KeyID names the API key; idempotency keys are scoped to it.
-	KeyID string
-}
+type Caller = caller.Caller
 
-// sees reports whether the caller may see and act on r: a key sees its own
+// sees reports whether c may see and act on r: a key sees its own
 // project's sandboxes, an admin key every project's but the platform's own
 // (internal/project), which only their service's key reaches.
-func (c Caller) sees(r *Record) bool {
+func sees(c Caller, r *Record) bool {
 	return r.Project == c.Project || c.Admin && !project.Reserved(r.Project)
 }
 
@@ -409,7 +389,7 @@ func (e *Edge) visible(caller Caller, sel map[string]string) ([]*Record, error) 
 	}
 	out := recs[:0]
 	for _, r := range recs {
-		if caller.sees(r) && matches(r.Labels, sel) && states[r.State].visible {
+		if sees(caller, r) && matches(r.Labels, sel) && states[r.State].visible {
 			out = append(out, r)
 		}
 	}
@@ -423,7 +403,7 @@ func (e *Edge) lookup(caller Caller, id string) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !caller.sees(r) || !states[r.State].visible {
+	if !sees(caller, r) || !states[r.State].visible {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s not found: it was deleted or never existed (list sandboxes with `dsec ps`)", id)
 	}
 	return r, nil
@@ -458,4 +438,26 @@ func meminfo(key string) int64 {
 		}
 	}
 	return 0
+}
+
+// BackendInfo describes one backend of the node.
+type BackendInfo struct {
+	Name         string
+	Tier         sandbox.Tier
+	Capabilities []sandbox.Capability
+	// Default: a create that names no backend gets this one.
+	Default bool
+}
+
+// Backends describes the node's backends, by name.
+func (e *Edge) Backends() []BackendInfo {
+	var out []BackendInfo
+	for _, name := range slices.Sorted(maps.Keys(e.cfg.Backends)) {
+		be := e.cfg.Backends[name]
+		out = append(out, BackendInfo{
+			Name: name, Tier: be.Describe().Tier, Capabilities: sandbox.Capabilities(be),
+			Default: name == e.cfg.DefaultBackend,
+		})
+	}
+	return out
 }

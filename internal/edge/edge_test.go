@@ -123,7 +123,7 @@ func FuzzCreateParams(f *testing.F) {
 	f.Add("busybox", "job", "eval", "A", "1", "agent", int64(512<<20), 1.5, int64(100), int64(3600))
 	f.Add("", "bad key!", "", "1A", "x\x00", "a:b:c", int64(-1), -0.5, int64(-3), int64(-1))
 	f.Fuzz(func(t *testing.T, image, lk, lv, ek, ev, user string, mem int64, cpus float64, pids, ttl int64) {
-		e := &Edge{cfg: Config{Node: "n", CPUs: 2, DefaultBackend: "container", Defaults: ContractDefaults}}
+		e := &Edge{cfg: Config{Node: "n", CPUs: 2, DefaultBackend: "container", Defaults: sandbox.ContractDefaults}}
 		p := CreateParams{
 			Image: image, Labels: map[string]string{lk: lv}, Env: map[string]string{ek: ev}, User: user,
 			Resources: sandbox.Resources{MemoryBytes: mem, CPUs: cpus, Pids: pids},

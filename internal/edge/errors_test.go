@@ -20,6 +20,7 @@ import (
 
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
+	"github.com/dsecproject/dsec/internal/caller"
 	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/sandbox/sandboxtest"
@@ -90,9 +91,9 @@ func TestAPIErrors(t *testing.T) {
 	client := sandboxv1connect.NewSandboxServiceClient(srv.Client(), srv.URL)
 	create := func(image string) error {
 		req := connect.NewRequest(&sandboxv1.CreateRequest{Image: image})
-		req.Header().Set(HeaderNodeToken, "token")
-		req.Header().Set(HeaderProject, "p1")
-		req.Header().Set(HeaderKeyID, "k1")
+		req.Header().Set(caller.HeaderNodeToken, "token")
+		req.Header().Set(caller.HeaderProject, "p1")
+		req.Header().Set(caller.HeaderKeyID, "k1")
 		_, err := client.Create(t.Context(), req)
 		return err
 	}

@@ -68,7 +68,7 @@ func (b *bus) publish(ev Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for w := range b.watchers {
-		if w.lost || !w.caller.sees(&ev.Record) || !matches(ev.Record.Labels, w.sel) {
+		if w.lost || !sees(w.caller, &ev.Record) || !matches(ev.Record.Labels, w.sel) {
 			continue
 		}
 		select {

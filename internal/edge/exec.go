@@ -91,6 +91,11 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 	if err != nil {
 		return err
 	}
+	if p.TTY {
+		if err := sandbox.Check(be, sandbox.CapTTY); err != nil {
+			return err
+		}
+	}
 	done := e.streamOpen(r.ID)
 	defer done()
 

@@ -109,12 +109,20 @@ func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, opt
 		return nil, err
 	}
 	switch {
-	case !caller.sees(r):
+	case !sees(caller, r):
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s not found: it was deleted or never existed (list sandboxes with `dsec ps`)", id)
 	case !states[r.State].visible:
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is being deleted: pack a sandbox that runs, before deleting it", id)
 	case !r.active():
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running: only a running sandbox can be packed", id, r.State)
+	}
+	be, err := e.backend(r.Backend)
+	if err != nil {
+		return nil, err
+	}
+	pk, ok := be.(sandbox.Packer)
+	if !ok {
+		return nil, sandbox.Lacks(r.Backend, sandbox.CapPack)
 	}
 	ls, ok := e.cfg.Images.(LayerStore)
 	if !ok {
@@ -126,14 +134,6 @@ func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, opt
 	}
 	if _, err := layer.CleanScrub(scrub); err != nil {
 		return nil, err
-	}
-	be, err := e.backend(r.Backend)
-	if err != nil {
-		return nil, err
-	}
-	pk, ok := be.(sandbox.Packer)
-	if !ok {
-		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "the %s backend cannot pack sandboxes", r.Backend)
 	}
 	e.touch(id)
 	t0 := time.Now()

@@ -58,7 +58,7 @@ func (n *testNode) open() *Edge {
 		Backends: map[string]sandbox.Backend{"fake": n.node.Open()},
 		Images:   fakeImages{}, MemoryBytes: 1 << 30, MemoryOvercommit: 1, MemoryReserve: 1, CPUs: 2,
 		Defaults:    Defaults{MemoryBytes: 64 * testMiB, DiskBytes: 16 * testMiB},
-		OutputQuota: 16 * testMiB, StateSync: -1, ReconcileEvery: 20 * time.Millisecond,
+		OutputQuota: 16 * testMiB, ReconcileEvery: 20 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -418,7 +418,7 @@ func TestFormat1Reconciled(t *testing.T) {
 	// The fixture's records are of backend "container".
 	e, err := New(context.Background(), Config{
 		Node: "golden", StateDir: n.dir, Backends: map[string]sandbox.Backend{"container": be},
-		Images: fakeImages{}, MemoryBytes: 8 << 30, MemoryReserve: 1, StateSync: -1, Logger: slog.New(slog.DiscardHandler),
+		Images: fakeImages{}, MemoryBytes: 8 << 30, MemoryReserve: 1, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatalf("New on a format 1 state = %v", err)
@@ -640,6 +640,30 @@ func TestSandboxEnv(t *testing.T) {
 	spec, _ := n.node.Spec(r.ID)
 	if diff := cmp.Diff([]string{"PATH=/bin", "LANG=C.UTF-8", "A=1"}, spec.Env); diff != "" {
 		t.Errorf("Spec.Env (-want +got):\n%s", diff)
+	}
+}
+
+// TestBackendsAndLackedCapabilities: the node lists its backends with
+// tier and capabilities, and an operation a backend lacks is
+// FailedPrecondition naming the backend and the capability.
+func TestBackendsAndLackedCapabilities(t *testing.T) {
+	n := newTestNode(t)
+	n.node.Features = []sandbox.Capability{sandbox.CapRestart}
+	e := n.open()
+	defer e.Close()
+	want := []BackendInfo{{Name: "fake", Tier: sandboxtest.TierFake, Capabilities: []sandbox.Capability{sandbox.CapEvents, sandbox.CapRestart}, Default: true}}
+	if diff := cmp.Diff(want, e.Backends()); diff != "" {
+		t.Errorf("Backends (-want +got):\n%s", diff)
+	}
+	r := create(t, e, 64*testMiB)
+	ctx := context.Background()
+	err := e.Exec(ctx, admin, ExecParams{Sandbox: r.ID, Argv: []string{"sh"}, TTY: true}, func(ExecEvent) error { return nil })
+	if !errdefs.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "fake backend has no tty") {
+		t.Errorf("TTY exec on a backend without tty = %v, want FailedPrecondition naming fake and tty", err)
+	}
+	_, err = e.PackDiff(ctx, admin, r.ID, "img:v1", PackOptions{})
+	if !errdefs.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "fake backend has no pack") {
+		t.Errorf("PackDiff on a backend without pack = %v, want FailedPrecondition naming fake and pack", err)
 	}
 }
 

@@ -54,20 +54,26 @@ type Record struct {
 type store struct {
 	db *bolt.DB
 
-	// With group commit, writes are flushed every syncEvery by a goroutine
-	// the store owns.
+	// syncEvery is the store's durability (openStore). With syncEvery > 0
+	// writes are flushed every syncEvery by a goroutine the store owns.
 	syncEvery time.Duration
 	dirty     atomic.Bool
 	stop      chan struct{}
 	done      chan struct{}
 }
 
-// openStore opens the node state. With syncEvery > 0 commits are not
-// flushed one by one but every syncEvery (group commit): a crash of the
-// process loses nothing (the writes are in the page cache), a power loss
-// or kernel crash may lose the last syncEvery of changes, which the
-// reconcile at start repairs (the sandboxes died with the machine anyway).
-// syncEvery <= 0 flushes every commit.
+// openStore opens the node state. syncEvery chooses how commits reach the
+// disk (docs/architecture.md, Node state, has the measurements):
+//
+//   - 0, the default: fsync'd group commit. Concurrent writes are joined
+//     into one transaction and one fsync (bbolt's Batch, at most
+//     batchDelay apart); each write is on disk when its call returns.
+//   - < 0: one transaction and one fsync per write.
+//   - > 0: no fsync per commit; the file is flushed every syncEvery. A
+//     crash of the process loses nothing, but a power loss or kernel
+//     crash can lose the last changes and, as bbolt's meta pages may then
+//     reach the disk before the pages they point to, corrupt the file.
+//     For tests and benchmarks only.
 func openStore(path string, syncEvery time.Duration) (*store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
@@ -76,6 +82,7 @@ func openStore(path string, syncEvery time.Duration) (*store, error) {
 		}
 		return nil, fmt.Errorf("open node state %s: %w (if it is damaged, move it aside: the edge then starts afresh and removes the sandboxes it no longer knows)", path, err)
 	}
+	db.MaxBatchDelay = batchDelay
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
@@ -125,10 +132,24 @@ func (s *store) syncLoop() {
 	}
 }
 
-// update runs fn in a read-write transaction.
+// batchDelay is how long a write waits for others to join its group
+// commit (bbolt's default is 10 ms; a write waits for an fsync in flight
+// anyway, and the writes that arrive meanwhile join the next one).
+var batchDelay = 500 * time.Microsecond
+
+// updateTx runs fn in a read-write transaction and returns once it is as
+// durable as the store's mode makes it. fn may run more than once (a
+// group commit reruns it alone when another write of its group fails), so
+// it must only read and write the transaction and variables it sets anew.
 func (s *store) updateTx(fn func(*bolt.Tx) error) error {
+	switch {
+	case s.syncEvery == 0:
+		return s.db.Batch(fn)
+	case s.syncEvery < 0:
+		return s.db.Update(fn)
+	}
 	err := s.db.Update(fn)
-	if err == nil && s.syncEvery > 0 {
+	if err == nil {
 		s.dirty.Store(true)
 	}
 	return err

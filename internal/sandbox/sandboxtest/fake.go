@@ -44,6 +44,8 @@ type FakeNode struct {
 	// CreateBlock, when set, is received from before Create returns (a
 	// test holds a create in flight).
 	CreateBlock chan struct{} // guarded by mu
+	// Features are what the fake declares (nil: restart and tty).
+	Features []sandbox.Capability // guarded by mu
 	// Run decides how a command ends; nil runs argv as: "exit N" exits N,
 	// "sleep" runs until Finish, anything else prints its argv and exits 0.
 	Run func(spec sandbox.ExecSpec) (stdout string, exit sandbox.ExitStatus, runs bool) // guarded by mu
@@ -190,7 +192,13 @@ var (
 
 // Describe implements sandbox.Backend.
 func (f *Fake) Describe() sandbox.Description {
-	return sandbox.Description{Name: f.name, Tier: TierFake, Features: []sandbox.Capability{sandbox.CapRestart, sandbox.CapTTY}}
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	feats := f.n.Features
+	if feats == nil {
+		feats = []sandbox.Capability{sandbox.CapRestart, sandbox.CapTTY}
+	}
+	return sandbox.Description{Name: f.name, Tier: TierFake, Features: slices.Clone(feats)}
 }
 
 // Close implements sandbox.Backend.

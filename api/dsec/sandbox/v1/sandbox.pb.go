@@ -4323,6 +4323,172 @@ func (x *PackDiffResponse) GetDuration() *durationpb.Duration {
 	return nil
 }
 
+type ListBackendsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBackendsRequest) Reset() {
+	*x = ListBackendsRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBackendsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBackendsRequest) ProtoMessage() {}
+
+func (x *ListBackendsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBackendsRequest.ProtoReflect.Descriptor instead.
+func (*ListBackendsRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+}
+
+type ListBackendsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By node, then name.
+	Backends      []*BackendInfo `protobuf:"bytes,1,rep,name=backends,proto3" json:"backends,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBackendsResponse) Reset() {
+	*x = ListBackendsResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBackendsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBackendsResponse) ProtoMessage() {}
+
+func (x *ListBackendsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBackendsResponse.ProtoReflect.Descriptor instead.
+func (*ListBackendsResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ListBackendsResponse) GetBackends() []*BackendInfo {
+	if x != nil {
+		return x.Backends
+	}
+	return nil
+}
+
+// BackendInfo is one backend of one node.
+type BackendInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The backend's name, as --backend takes it ("container").
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Its isolation tier: "process", "container", "user-kernel", "microvm"
+	// or "vm".
+	Tier string `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`
+	// What it has: optional operations ("pause", "snapshot", "network",
+	// "pack", "events") and properties it keeps ("memory-limit",
+	// "pids-limit", "disk-limit", "tty", "restart", "sealed-exec", "qos").
+	// What is not listed, it lacks.
+	Capabilities []string `protobuf:"bytes,4,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// Whether a create that names no backend gets this one on its node.
+	Default       bool `protobuf:"varint,5,opt,name=default,proto3" json:"default,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackendInfo) Reset() {
+	*x = BackendInfo{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendInfo) ProtoMessage() {}
+
+func (x *BackendInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
+func (*BackendInfo) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *BackendInfo) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *BackendInfo) GetDefault() bool {
+	if x != nil {
+		return x.Default
+	}
+	return false
+}
+
 var File_dsec_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -4661,7 +4827,16 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06layers\x18\x04 \x03(\tR\x06layers\x12\x14\n" +
 	"\x05files\x18\x05 \x01(\x03R\x05files\x121\n" +
 	"\x06frozen\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06frozen\x125\n" +
-	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration*\x8e\x01\n" +
+	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\"\x15\n" +
+	"\x13ListBackendsRequest\"P\n" +
+	"\x14ListBackendsResponse\x128\n" +
+	"\bbackends\x18\x01 \x03(\v2\x1c.dsec.sandbox.v1.BackendInfoR\bbackends\"\x87\x01\n" +
+	"\vBackendInfo\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04tier\x18\x03 \x01(\tR\x04tier\x12\"\n" +
+	"\fcapabilities\x18\x04 \x03(\tR\fcapabilities\x12\x18\n" +
+	"\adefault\x18\x05 \x01(\bR\adefault*\x8e\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATE_CREATING\x10\x01\x12\x11\n" +
@@ -4682,7 +4857,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_TTL_EXPIRED\x10\x04\x12\x15\n" +
 	"\x11EVENT_TYPE_FAILED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_DELETED\x10\x06\x12\x16\n" +
-	"\x12EVENT_TYPE_UPDATED\x10\a2\xcc\x0f\n" +
+	"\x12EVENT_TYPE_UPDATED\x10\a2\xa9\x10\n" +
 	"\x0eSandboxService\x12I\n" +
 	"\x06Create\x12\x1e.dsec.sandbox.v1.CreateRequest\x1a\x1f.dsec.sandbox.v1.CreateResponse\x12@\n" +
 	"\x03Get\x12\x1b.dsec.sandbox.v1.GetRequest\x1a\x1c.dsec.sandbox.v1.GetResponse\x12C\n" +
@@ -4710,7 +4885,8 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06Rename\x12\x1e.dsec.sandbox.v1.RenameRequest\x1a\x1f.dsec.sandbox.v1.RenameResponse\x12Z\n" +
 	"\vDownloadTar\x12#.dsec.sandbox.v1.DownloadTarRequest\x1a$.dsec.sandbox.v1.DownloadTarResponse0\x01\x12T\n" +
 	"\tUploadTar\x12!.dsec.sandbox.v1.UploadTarRequest\x1a\".dsec.sandbox.v1.UploadTarResponse(\x01\x12O\n" +
-	"\bPackDiff\x12 .dsec.sandbox.v1.PackDiffRequest\x1a!.dsec.sandbox.v1.PackDiffResponseB;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
+	"\bPackDiff\x12 .dsec.sandbox.v1.PackDiffRequest\x1a!.dsec.sandbox.v1.PackDiffResponse\x12[\n" +
+	"\fListBackends\x12$.dsec.sandbox.v1.ListBackendsRequest\x1a%.dsec.sandbox.v1.ListBackendsResponseB;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_dsec_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -4725,7 +4901,7 @@ func file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_dsec_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_dsec_sandbox_v1_sandbox_proto_goTypes = []any{
 	(State)(0),                    // 0: dsec.sandbox.v1.State
 	(Stream)(0),                   // 1: dsec.sandbox.v1.Stream
@@ -4793,130 +4969,136 @@ var file_dsec_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*UploadTarResponse)(nil),     // 63: dsec.sandbox.v1.UploadTarResponse
 	(*PackDiffRequest)(nil),       // 64: dsec.sandbox.v1.PackDiffRequest
 	(*PackDiffResponse)(nil),      // 65: dsec.sandbox.v1.PackDiffResponse
-	nil,                           // 66: dsec.sandbox.v1.Sandbox.LabelsEntry
-	nil,                           // 67: dsec.sandbox.v1.Sandbox.EnvEntry
-	nil,                           // 68: dsec.sandbox.v1.CreateRequest.LabelsEntry
-	nil,                           // 69: dsec.sandbox.v1.CreateRequest.EnvEntry
-	nil,                           // 70: dsec.sandbox.v1.ListRequest.SelectorEntry
-	nil,                           // 71: dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	nil,                           // 72: dsec.sandbox.v1.ExecRequest.EnvEntry
-	nil,                           // 73: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
-	nil,                           // 74: dsec.sandbox.v1.WatchRequest.SelectorEntry
-	(*timestamppb.Timestamp)(nil), // 75: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 76: google.protobuf.Duration
+	(*ListBackendsRequest)(nil),   // 66: dsec.sandbox.v1.ListBackendsRequest
+	(*ListBackendsResponse)(nil),  // 67: dsec.sandbox.v1.ListBackendsResponse
+	(*BackendInfo)(nil),           // 68: dsec.sandbox.v1.BackendInfo
+	nil,                           // 69: dsec.sandbox.v1.Sandbox.LabelsEntry
+	nil,                           // 70: dsec.sandbox.v1.Sandbox.EnvEntry
+	nil,                           // 71: dsec.sandbox.v1.CreateRequest.LabelsEntry
+	nil,                           // 72: dsec.sandbox.v1.CreateRequest.EnvEntry
+	nil,                           // 73: dsec.sandbox.v1.ListRequest.SelectorEntry
+	nil,                           // 74: dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	nil,                           // 75: dsec.sandbox.v1.ExecRequest.EnvEntry
+	nil,                           // 76: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	nil,                           // 77: dsec.sandbox.v1.WatchRequest.SelectorEntry
+	(*timestamppb.Timestamp)(nil), // 78: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 79: google.protobuf.Duration
 }
 var file_dsec_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	66, // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
+	69, // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
 	0,  // 1: dsec.sandbox.v1.Sandbox.state:type_name -> dsec.sandbox.v1.State
 	3,  // 2: dsec.sandbox.v1.Sandbox.resources:type_name -> dsec.sandbox.v1.Resources
-	75, // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	75, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	76, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
-	67, // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
-	68, // 7: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
+	78, // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	78, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	79, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
+	70, // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
+	71, // 7: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
 	3,  // 8: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
-	69, // 9: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
-	76, // 10: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
-	76, // 11: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
+	72, // 9: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
+	79, // 10: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
+	79, // 11: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
 	6,  // 12: dsec.sandbox.v1.CreateRequest.layer_config:type_name -> dsec.sandbox.v1.LayerConfig
 	4,  // 13: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
 	4,  // 14: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	70, // 15: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
+	73, // 15: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
 	4,  // 16: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
-	71, // 17: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	72, // 18: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
-	76, // 19: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	74, // 17: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	75, // 18: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
+	79, // 19: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
 	1,  // 20: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
-	76, // 21: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	79, // 21: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
 	15, // 22: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
 	16, // 23: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
 	17, // 24: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
 	18, // 25: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	75, // 26: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	78, // 26: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
 	20, // 27: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
 	23, // 28: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
 	20, // 29: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
 	5,  // 30: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
-	76, // 31: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
+	79, // 31: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
 	4,  // 32: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
 	27, // 33: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
 	28, // 34: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
-	76, // 35: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
-	76, // 36: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
+	79, // 35: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
+	79, // 36: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
 	4,  // 37: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	73, // 38: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	76, // 38: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
 	4,  // 39: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	74, // 40: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
+	77, // 40: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
 	2,  // 41: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
 	4,  // 42: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	75, // 43: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
+	78, // 43: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
 	35, // 44: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
 	18, // 45: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	76, // 46: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
-	75, // 47: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
+	79, // 46: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
+	78, // 47: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
 	17, // 48: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
 	47, // 49: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
 	20, // 50: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
 	20, // 51: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
 	20, // 52: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
 	61, // 53: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
-	76, // 54: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
-	76, // 55: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
-	5,  // 56: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
-	8,  // 57: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
-	10, // 58: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
-	12, // 59: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
-	14, // 60: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
-	21, // 61: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
-	24, // 62: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
-	26, // 63: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
-	30, // 64: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
-	32, // 65: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
-	34, // 66: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
-	37, // 67: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
-	39, // 68: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
-	40, // 69: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
-	42, // 70: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
-	44, // 71: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
-	46, // 72: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
-	49, // 73: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
-	51, // 74: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
-	53, // 75: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
-	55, // 76: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
-	57, // 77: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
-	59, // 78: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
-	62, // 79: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
-	64, // 80: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
-	7,  // 81: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
-	9,  // 82: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
-	11, // 83: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
-	13, // 84: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
-	19, // 85: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
-	22, // 86: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
-	25, // 87: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
-	29, // 88: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
-	31, // 89: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
-	33, // 90: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
-	36, // 91: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
-	38, // 92: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
-	19, // 93: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
-	41, // 94: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
-	43, // 95: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
-	45, // 96: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
-	48, // 97: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
-	50, // 98: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
-	52, // 99: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
-	54, // 100: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
-	56, // 101: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
-	58, // 102: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
-	60, // 103: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
-	63, // 104: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
-	65, // 105: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
-	81, // [81:106] is the sub-list for method output_type
-	56, // [56:81] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	79, // 54: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
+	79, // 55: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
+	68, // 56: dsec.sandbox.v1.ListBackendsResponse.backends:type_name -> dsec.sandbox.v1.BackendInfo
+	5,  // 57: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
+	8,  // 58: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
+	10, // 59: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
+	12, // 60: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
+	14, // 61: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
+	21, // 62: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
+	24, // 63: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
+	26, // 64: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
+	30, // 65: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
+	32, // 66: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
+	34, // 67: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
+	37, // 68: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
+	39, // 69: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
+	40, // 70: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
+	42, // 71: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
+	44, // 72: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
+	46, // 73: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
+	49, // 74: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
+	51, // 75: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
+	53, // 76: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
+	55, // 77: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
+	57, // 78: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
+	59, // 79: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
+	62, // 80: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
+	64, // 81: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
+	66, // 82: dsec.sandbox.v1.SandboxService.ListBackends:input_type -> dsec.sandbox.v1.ListBackendsRequest
+	7,  // 83: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
+	9,  // 84: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
+	11, // 85: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
+	13, // 86: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
+	19, // 87: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
+	22, // 88: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
+	25, // 89: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
+	29, // 90: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
+	31, // 91: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
+	33, // 92: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
+	36, // 93: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
+	38, // 94: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
+	19, // 95: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
+	41, // 96: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
+	43, // 97: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
+	45, // 98: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
+	48, // 99: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
+	50, // 100: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
+	52, // 101: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
+	54, // 102: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
+	56, // 103: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
+	58, // 104: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
+	60, // 105: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
+	63, // 106: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
+	65, // 107: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
+	67, // 108: dsec.sandbox.v1.SandboxService.ListBackends:output_type -> dsec.sandbox.v1.ListBackendsResponse
+	83, // [83:109] is the sub-list for method output_type
+	57, // [57:83] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_dsec_sandbox_v1_sandbox_proto_init() }
@@ -4949,7 +5131,7 @@ func file_dsec_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsec_sandbox_v1_sandbox_proto_rawDesc), len(file_dsec_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   72,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

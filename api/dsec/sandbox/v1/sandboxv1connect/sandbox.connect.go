@@ -96,6 +96,9 @@ const (
 	SandboxServiceUploadTarProcedure = "/dsec.sandbox.v1.SandboxService/UploadTar"
 	// SandboxServicePackDiffProcedure is the fully-qualified name of the SandboxService's PackDiff RPC.
 	SandboxServicePackDiffProcedure = "/dsec.sandbox.v1.SandboxService/PackDiff"
+	// SandboxServiceListBackendsProcedure is the fully-qualified name of the SandboxService's
+	// ListBackends RPC.
+	SandboxServiceListBackendsProcedure = "/dsec.sandbox.v1.SandboxService/ListBackends"
 )
 
 // SandboxServiceClient is a client for the dsec.sandbox.v1.SandboxService service.
@@ -164,6 +167,11 @@ type SandboxServiceClient interface {
 	// the same sandbox while one runs is Aborted; a pack of a sandbox being
 	// deleted is FailedPrecondition.
 	PackDiff(context.Context, *connect.Request[v1.PackDiffRequest]) (*connect.Response[v1.PackDiffResponse], error)
+	// ListBackends lists the backends of every node with their isolation
+	// tier and capabilities (an edge answers for its own node). An
+	// operation a backend lacks is FailedPrecondition naming the backend
+	// and the capability.
+	ListBackends(context.Context, *connect.Request[v1.ListBackendsRequest]) (*connect.Response[v1.ListBackendsResponse], error)
 }
 
 // NewSandboxServiceClient constructs a client for the dsec.sandbox.v1.SandboxService service. By
@@ -327,6 +335,12 @@ func NewSandboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sandboxServiceMethods.ByName("PackDiff")),
 			connect.WithClientOptions(opts...),
 		),
+		listBackends: connect.NewClient[v1.ListBackendsRequest, v1.ListBackendsResponse](
+			httpClient,
+			baseURL+SandboxServiceListBackendsProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ListBackends")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -357,6 +371,7 @@ type sandboxServiceClient struct {
 	downloadTar  *connect.Client[v1.DownloadTarRequest, v1.DownloadTarResponse]
 	uploadTar    *connect.Client[v1.UploadTarRequest, v1.UploadTarResponse]
 	packDiff     *connect.Client[v1.PackDiffRequest, v1.PackDiffResponse]
+	listBackends *connect.Client[v1.ListBackendsRequest, v1.ListBackendsResponse]
 }
 
 // Create calls dsec.sandbox.v1.SandboxService.Create.
@@ -484,6 +499,11 @@ func (c *sandboxServiceClient) PackDiff(ctx context.Context, req *connect.Reques
 	return c.packDiff.CallUnary(ctx, req)
 }
 
+// ListBackends calls dsec.sandbox.v1.SandboxService.ListBackends.
+func (c *sandboxServiceClient) ListBackends(ctx context.Context, req *connect.Request[v1.ListBackendsRequest]) (*connect.Response[v1.ListBackendsResponse], error) {
+	return c.listBackends.CallUnary(ctx, req)
+}
+
 // SandboxServiceHandler is an implementation of the dsec.sandbox.v1.SandboxService service.
 type SandboxServiceHandler interface {
 	// Create starts a sandbox from an image and returns once it runs.
@@ -550,6 +570,11 @@ type SandboxServiceHandler interface {
 	// the same sandbox while one runs is Aborted; a pack of a sandbox being
 	// deleted is FailedPrecondition.
 	PackDiff(context.Context, *connect.Request[v1.PackDiffRequest]) (*connect.Response[v1.PackDiffResponse], error)
+	// ListBackends lists the backends of every node with their isolation
+	// tier and capabilities (an edge answers for its own node). An
+	// operation a backend lacks is FailedPrecondition naming the backend
+	// and the capability.
+	ListBackends(context.Context, *connect.Request[v1.ListBackendsRequest]) (*connect.Response[v1.ListBackendsResponse], error)
 }
 
 // NewSandboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -709,6 +734,12 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sandboxServiceMethods.ByName("PackDiff")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxServiceListBackendsHandler := connect.NewUnaryHandler(
+		SandboxServiceListBackendsProcedure,
+		svc.ListBackends,
+		connect.WithSchema(sandboxServiceMethods.ByName("ListBackends")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/dsec.sandbox.v1.SandboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxServiceCreateProcedure:
@@ -761,6 +792,8 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 			sandboxServiceUploadTarHandler.ServeHTTP(w, r)
 		case SandboxServicePackDiffProcedure:
 			sandboxServicePackDiffHandler.ServeHTTP(w, r)
+		case SandboxServiceListBackendsProcedure:
+			sandboxServiceListBackendsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -868,4 +901,8 @@ func (UnimplementedSandboxServiceHandler) UploadTar(context.Context, *connect.Cl
 
 func (UnimplementedSandboxServiceHandler) PackDiff(context.Context, *connect.Request[v1.PackDiffRequest]) (*connect.Response[v1.PackDiffResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.PackDiff is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ListBackends(context.Context, *connect.Request[v1.ListBackendsRequest]) (*connect.Response[v1.ListBackendsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.ListBackends is not implemented"))
 }

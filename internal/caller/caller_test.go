@@ -1,0 +1,17 @@
+package caller
+
+import (
+	"net/http"
+	"testing"
+)
+
+func TestHeaderRoundTrip(t *testing.T) {
+	for _, c := range []Caller{{}, {Project: "team-a", KeyID: "k1"}, {Project: "default", Admin: true, KeyID: "adm"}} {
+		h := http.Header{}
+		h.Set(HeaderAdmin, "1") // a stale value is replaced
+		c.SetHeader(h)
+		if got := FromHeader(h); got != c {
+			t.Errorf("FromHeader(SetHeader(%+v)) = %+v", c, got)
+		}
+	}
+}
