@@ -54,9 +54,6 @@ var layers = []layer{
 		// The sandbox contract every backend implements, and its
 		// conformance suite.
 		"internal/sandbox/...",
-		// The contract's former home, aliases for the keeper.
-		// TODO(issue 11 item 2): drop it when the keeper's imports have moved.
-		"internal/edge/sandbox/...",
 		"internal/blobsource",
 		"internal/blobstore",
 		"internal/ceiling",
@@ -121,8 +118,6 @@ var forbidden = []rule{
 	{"internal/edge", "internal/keeper/...", "only a backend talks to the keeper; the edge drives backends through the contract"},
 	{"internal/apiserver", "internal/edge/backend/...", "the API server reaches sandboxes through the edges, never through a backend"},
 	{"internal/apiserver", "internal/keeper/...", "the API server reaches sandboxes through the edges, never through the keeper"},
-	// TODO(issue 11 item 2): turn these on when the sandbox contract, the
-	// sandbox ID helpers and the header names have left internal/edge.
-	// {"internal/keeper/...", "internal/edge/...", "the keeper is driven by backends and knows nothing of the edge"},
-	// {"internal/apiserver", "internal/edge/...", "the API server reaches edges through the node API (internal/edgeclient), not through the edge's code"},
+	{"internal/keeper/...", "internal/edge/...", "the keeper is driven by backends and knows nothing of the edge"},
+	{"internal/apiserver", "internal/edge/...", "the API server reaches edges through the node API (internal/edgeclient), not through the edge's code"},
 }
