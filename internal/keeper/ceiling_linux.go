@@ -18,16 +18,16 @@ import (
 // exec helpers (until they join a sandbox) stay outside the parent, in
 // the cgroup dsec up was started in, so sandboxes at the ceiling cannot
 // starve them: the host's reserve is theirs too.
-func (k *Keeper) newCgroups(layout cgroup.Layout) (*cgroup.Manager, error) {
+func (c *containerDriver) newCgroups(layout cgroup.Layout) (*cgroup.Manager, error) {
 	h, err := ceiling.ReadHost()
 	if err != nil {
 		return nil, err
 	}
-	s, err := ceiling.ForSandboxes(h, k.cfg.HostPidsReserve, k.cfg.HostMemoryReserve)
+	s, err := ceiling.ForSandboxes(h, c.cfg.HostPidsReserve, c.cfg.HostMemoryReserve)
 	if err != nil {
 		return nil, err
 	}
-	cg, err := cgroup.New(cgroup.Config{Parent: k.cfg.CgroupParent, Layout: layout,
+	cg, err := cgroup.New(cgroup.Config{Parent: c.cfg.CgroupParent, Layout: layout,
 		Ceiling: cgroup.Resources{Pids: s.Pids, MemoryBytes: s.MemoryBytes}})
 	if err != nil {
 		return nil, err
@@ -36,15 +36,15 @@ func (k *Keeper) newCgroups(layout cgroup.Layout) (*cgroup.Manager, error) {
 	case errdefs.Is(err, errdefs.ErrResourceExhausted):
 		// Sandboxes adopted from before use more than a new, lower
 		// memory ceiling: keep them and the pids ceiling, and say so.
-		k.log.Error("the host memory ceiling is not set", "err", err)
+		c.log.Error("the host memory ceiling is not set", "err", err)
 	case err != nil:
 		return nil, fmt.Errorf("host ceilings: %w", err)
 	}
-	k.log.Info("host ceilings of all sandboxes set", "cgroup", k.cfg.CgroupParent,
+	c.log.Info("host ceilings of all sandboxes set", "cgroup", c.cfg.CgroupParent,
 		"pids", s.Pids, "host_tasks", h.Tasks, "memory", s.MemoryBytes, "host_memory", h.MemoryBytes)
-	if under, err := inCgroup("/proc/self/cgroup", k.cfg.CgroupParent); err == nil && under {
-		k.log.Warn("the keeper runs inside the sandboxes' cgroup parent, so sandboxes at its ceiling can starve it: start dsec up outside it",
-			"cgroup", k.cfg.CgroupParent)
+	if under, err := inCgroup("/proc/self/cgroup", c.cfg.CgroupParent); err == nil && under {
+		c.log.Warn("the keeper runs inside the sandboxes' cgroup parent, so sandboxes at its ceiling can starve it: start dsec up outside it",
+			"cgroup", c.cfg.CgroupParent)
 	}
 	return cg, nil
 }

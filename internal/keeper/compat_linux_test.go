@@ -243,7 +243,9 @@ func newTestKeeper(t *testing.T) (*Keeper, string) {
 	dir := shortTempDir(t)
 	cfg := Config{StateDir: dir, Version: "test", Runtime: "/usr/bin/crun", OutputQuota: 256 << 20}
 	k := &Keeper{cfg: cfg, l: Layout{StateDir: dir}, log: discardLogger(), boxes: map[string]*box{}, events: newEventLog(), settings: cfg.Settings()}
-	k.warm = newWarmPool(k, 0)
+	k.ct = &containerDriver{k: k, cfg: &k.cfg, l: k.l, log: k.log}
+	k.ct.warm = newWarmPool(k.ct, 0)
+	k.drivers = map[string]Driver{containerDriverName: k.ct}
 	var info SandboxInfo
 	if err := json.Unmarshal(readFixture(t, "sandbox.keeper.json"), &info); err != nil {
 		t.Fatal(err)
@@ -453,8 +455,8 @@ func TestApplySettings(t *testing.T) {
 	want := cur
 	want.WarmPool = 5
 	got, err := c.ApplySettings(ctx, want)
-	if err != nil || got.WarmPool != 5 || k.warm.size() != 5 {
-		t.Errorf("ApplySettings(warm pool 5) = %+v, %v (pool keeps %d); want warm pool 5", got, err, k.warm.size())
+	if err != nil || got.WarmPool != 5 || k.ct.warm.size() != 5 {
+		t.Errorf("ApplySettings(warm pool 5) = %+v, %v (pool keeps %d); want warm pool 5", got, err, k.ct.warm.size())
 	}
 	want.ChunkSize = 4 << 20
 	if _, err := c.ApplySettings(ctx, want); !errdefs.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "--chunk-size") {

@@ -13,7 +13,7 @@ import (
 // costs ~10 ms where the kernel has no project quotas). A goroutine owned
 // by the keeper refills it in the background.
 type diskPool struct {
-	k     *Keeper
+	c     *containerDriver
 	size  int64 // the disk size pooled
 	want  int   // how many to keep ready
 	kick  chan struct{}
@@ -21,8 +21,8 @@ type diskPool struct {
 	ready []string // guarded by mu: names of ready disks
 }
 
-func newDiskPool(k *Keeper, size int64, want int) *diskPool {
-	return &diskPool{k: k, size: size, want: want, kick: make(chan struct{}, 1)}
+func newDiskPool(c *containerDriver, size int64, want int) *diskPool {
+	return &diskPool{c: c, size: size, want: want, kick: make(chan struct{}, 1)}
 }
 
 // take returns a ready disk of size bytes, or "" when there is none.
@@ -69,11 +69,11 @@ func (p *diskPool) run(ctx context.Context) {
 			}
 			name := "pool-" + randomHex(6)
 			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			_, err := p.k.disk.Create(cctx, name, p.size, 0)
+			_, err := p.c.disk.Create(cctx, name, p.size, 0)
 			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
-					p.k.log.Warn("prepare a sandbox disk", "err", err)
+					p.c.log.Warn("prepare a sandbox disk", "err", err)
 				}
 				break // try again at the next kick
 			}
@@ -92,7 +92,7 @@ func (p *diskPool) drain() {
 	p.mu.Unlock()
 	for _, n := range names {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = p.k.disk.Remove(ctx, n)
+		_ = p.c.disk.Remove(ctx, n)
 		cancel()
 	}
 }

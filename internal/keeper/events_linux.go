@@ -86,7 +86,7 @@ func (l *eventLog) since(ctx context.Context, cursor string, timeout time.Durati
 const oomInterval = 2 * time.Second
 
 // watchOOM reports OOM kills in running sandboxes as events until ctx ends.
-func (k *Keeper) watchOOM(ctx context.Context) {
+func (c *containerDriver) watchOOM(ctx context.Context) {
 	t := time.NewTicker(oomInterval)
 	defer t.Stop()
 	for {
@@ -95,12 +95,7 @@ func (k *Keeper) watchOOM(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		k.mu.Lock()
-		boxes := make([]*box, 0, len(k.boxes))
-		for _, b := range k.boxes {
-			boxes = append(boxes, b)
-		}
-		k.mu.Unlock()
+		boxes := c.k.allBoxes()
 		for _, b := range boxes {
 			info := b.snapshot()
 			if info.State != StateRunning {
@@ -108,16 +103,16 @@ func (k *Keeper) watchOOM(ctx context.Context) {
 			}
 			// One file per sandbox: with thousands of sandboxes a full
 			// Stats of each, every interval, costs the node a core.
-			n, err := k.cg.OOMKills(info.slot())
+			n, err := c.cg.OOMKills(info.slot())
 			if err != nil {
 				continue
 			}
 			if prev := b.oomSeen.Swap(n); n > prev {
 				var limit int64
-				if st, err := k.cg.Stats(info.slot()); err == nil {
+				if st, err := c.cg.Stats(info.slot()); err == nil {
 					limit = st.MemoryLimit
 				}
-				k.events.add(info.ID, EventOOM, fmt.Sprintf("%d process(es) killed for memory (limit %d MiB)", n-prev, limit>>20))
+				c.k.events.add(info.ID, EventOOM, fmt.Sprintf("%d process(es) killed for memory (limit %d MiB)", n-prev, limit>>20))
 			}
 		}
 	}

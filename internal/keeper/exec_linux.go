@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
-	"github.com/dsecproject/dsec/internal/nsexec"
 )
 
 // execProc is one running or finished command.
@@ -133,9 +132,9 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	}
 	var stdio [3]*os.File
 	var readers [2]*os.File // what the pumps read: pipes, or the pty master
+	drv := k.driverOf(b)
 	if spec.TTY {
-		ids := info.IDs(k.cfg.IDMap)
-		master, slave, err := openPTY(info.Pid, ids.HostID+spec.UID, ids.HostID+5, spec.Rows, spec.Cols)
+		master, slave, err := drv.Terminal(b, spec)
 		if err != nil {
 			closeKept()
 			return fail(err)
@@ -180,40 +179,10 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	}
 
 	tm.mark("setup")
-	// The command joins the init's namespaces: only those it was started
-	// in, never ones an agent got it into.
-	if err := CheckNamespaces(info.Pid, info.NS); err != nil {
-		closeKept()
-		return fail(fmt.Errorf("sandbox %s: %w", req.Sandbox, err))
-	}
-	procs, err := k.boxProcs(b)
-	if err != nil {
-		closeKept()
-		return fail(err)
-	}
-	tm.mark("procs")
-	// One file, not a full Stats: this is on every exec's path.
-	oomBefore, _ := k.cg.OOMKills(info.slot())
-	cfg := nsexec.ExecConfig{
-		Pid:         info.Pid,
-		CgroupProcs: procs,
-		UID:         spec.UID,
-		GID:         spec.GID,
-		Groups:      spec.Groups,
-		Cwd:         spec.Cwd,
-		Argv:        spec.Argv,
-		Env:         spec.Env,
-		KeepCaps:    nsexec.DefaultCaps,
-		Seccomp:     k.seccomp,
-		Setsid:      true,
-		TTY:         spec.TTY,
-	}
-	if cfg.Cwd == "" {
-		cfg.Cwd = "/"
-	}
+	oomBefore, _ := drv.OOMKills(b)
 	tm.mark("oom")
 	spawned := time.Now()
-	child, err := k.spawn(cfg, stdio)
+	child, err := drv.Exec(ctx, b, spec, stdio)
 	tm.mark("spawn")
 	if err != nil {
 		closeKept()
@@ -301,11 +270,11 @@ func (k *Keeper) awaitExec(id string, spec ExecSpec, p *execProc, b *box, child 
 		rec.Signal = int(ws.Signal())
 	}
 	if rec.Signal == int(syscall.SIGKILL) && !timedOut {
-		if after, err := k.cg.Stats(b.snapshot().slot()); err == nil && after.OOMKills > oomBefore {
+		if after, err := k.driverOf(b).Stats(b); err == nil && int64(after.OOMKills) > oomBefore {
 			rec.OOMKilled = true
 			// Report it now: the sandbox may be gone before the OOM
 			// watcher's next look.
-			if prev := b.oomSeen.Swap(after.OOMKills); after.OOMKills > prev {
+			if prev := b.oomSeen.Swap(int64(after.OOMKills)); int64(after.OOMKills) > prev {
 				k.events.add(id, EventOOM, fmt.Sprintf("exec %s killed for memory (limit %d MiB)", spec.ID, after.MemoryLimit>>20))
 			}
 		}

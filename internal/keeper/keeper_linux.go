@@ -1,8 +1,8 @@
 package keeper
 
 import (
+	"cmp"
 	"context"
-	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,43 +19,30 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dsecproject/dsec/internal/cgroup"
-	"github.com/dsecproject/dsec/internal/diskquota"
 	"github.com/dsecproject/dsec/internal/errdefs"
-	"github.com/dsecproject/dsec/internal/rootfs"
-	"github.com/dsecproject/dsec/internal/seccomp"
 )
 
-// Keeper is a running keeper.
+// Keeper is a running keeper: the core, and its drivers.
 type Keeper struct {
 	cfg    Config
 	l      Layout
 	log    *slog.Logger
 	reaper *reaper
-	zyg    *zygotes
-	cg     *cgroup.Manager
-	layers *rootfs.Layers
-	uids   *uidPool // the sandboxes' host id ranges
-	self   *os.File // the dsec binary, passed to the runtime for the init
 	lock   *os.File
-	// seccomp is the filter every exec'd command gets (nil: none).
-	seccomp []byte
-	// disk limits writable layers (nil when off); pool holds ready ones.
-	disk *diskquota.FS
-	pool *diskPool
-	// warm keeps sandboxes of recent shapes started (nil: none).
-	warm   *warmPool
 	events *eventLog
-	// lazy mounts layers from their lazy form (nil: no blob source).
-	lazy *lazyLayers
+	// ct is the container driver, the only one so far; drivers lists
+	// every driver by name.
+	ct      *containerDriver
+	drivers map[string]Driver
+	// defaultDriver runs sandboxes whose request names none (protocol 2's
+	// and the edge's today); "" is the container driver.
+	defaultDriver string
 
 	mu sync.Mutex
 	// guarded by mu
 	boxes map[string]*box
 	// settings are the keeper's settings, normalized; Live ones change.
 	settings Settings
-	// packing holds the sandboxes being packed (see pack_linux.go).
-	packing map[string]bool
 }
 
 // Run runs the keeper until ctx ends or a client asks it to shut down. It
@@ -73,27 +60,52 @@ func Run(ctx context.Context, cfg Config) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		k.watchOOM(ctx)
-	}()
-	if k.pool != nil {
+	for _, d := range k.drivers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k.pool.run(ctx)
-		}()
-	}
-	{
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k.warm.run(ctx)
+			d.Run(ctx)
 		}()
 	}
 	defer wg.Wait()
 	return k.serve(ctx, stop)
+}
+
+// driver returns the driver of name ("" is the container driver).
+func (k *Keeper) driver(name string) (Driver, error) {
+	if name == "" {
+		name = cmp.Or(k.defaultDriver, containerDriverName)
+	}
+	d, ok := k.drivers[name]
+	if !ok {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "this node keeper has no sandbox driver %q (it has %v)", name, k.driverNames())
+	}
+	return d, nil
+}
+
+// driverOf returns the driver of a sandbox.
+func (k *Keeper) driverOf(b *box) Driver {
+	b.mu.Lock()
+	name := b.info.Driver
+	b.mu.Unlock()
+	d, err := k.driver(name)
+	if err != nil {
+		// Not reached: a record of a driver this keeper lacks is never
+		// adopted, nor a request for one started.
+		d, _ = k.driver("")
+	}
+	return d
+}
+
+// allBoxes returns the sandboxes the keeper has.
+func (k *Keeper) allBoxes() []*box {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]*box, 0, len(k.boxes))
+	for _, b := range k.boxes {
+		out = append(out, b)
+	}
+	return out
 }
 
 func (k *Keeper) setup() error {
@@ -128,100 +140,24 @@ func (k *Keeper) setup() error {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}
-	if err := checkStatic(k.cfg.Self); err != nil {
-		return err
-	}
-	self, err := os.Open(k.cfg.Self)
-	if err != nil {
-		return fmt.Errorf("open dsec binary: %w", err)
-	}
-	k.self = self
-	if err := hideCgroup2(k.l.RunDir()); err != nil {
-		return err
-	}
-	layout, err := cgroup.DetectLayout()
-	if err != nil {
-		return fmt.Errorf("detect cgroups: %w", err)
-	}
-	k.cg, err = k.newCgroups(layout) // with the host ceilings (ceiling_linux.go)
-	if err != nil {
-		return err
-	}
-	k.uids = newUIDPool(k.cfg.IDMap, k.cfg.UIDRanges)
-	k.layers, err = rootfs.NewLayers(filepath.Join(k.l.RunDir(), "layers"), k.log)
-	if err != nil {
-		return err
-	}
-	if k.cfg.BlobSource != "" {
-		if k.lazy, err = newLazyLayers(k.cfg, k.l.RunDir(), k.log, k.lazyFailed); err != nil {
-			return err
-		}
-	}
-	// Every command agents run descends from an exec, which gets this filter.
-	k.seccomp, err = seccomp.Default().Compile(seccomp.NativeArch())
-	if err != nil {
-		return fmt.Errorf("seccomp policy: %w", err)
-	}
 	k.reaper = newReaper()
-	k.zyg = &zygotes{k: k}
-	// Started now, so the first exec does not pay for it.
-	k.zyg.get()
-	if err := k.openDisk(); err != nil {
+	if k.ct, err = newContainerDriver(k); err != nil {
 		return err
 	}
+	k.drivers = map[string]Driver{containerDriverName: k.ct}
 	k.adopt()
-	// Always there, so that a live settings change can turn it on.
-	k.warm = newWarmPool(k, max(k.cfg.WarmPool, 0))
-	return nil
-}
-
-// openDisk sets up the limits of writable layers.
-func (k *Keeper) openDisk() error {
-	mode := k.cfg.DiskQuota
-	if mode == "off" {
-		k.log.Warn("writable layers are not size-limited (--disk-quota off)")
-		return nil
-	}
-	if mode == "auto" {
-		mode = ""
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	fs, err := diskquota.Open(ctx, diskquota.Config{
-		Mode:       diskquota.Mode(mode),
-		Image:      filepath.Join(k.cfg.StateDir, "disk", "layers.xfs"),
-		Size:       k.cfg.DiskSize,
-		MountPoint: filepath.Join(k.l.RunDir(), "disks"),
-		Logger:     k.log,
-		Run: func(ctx context.Context, path string, args []string) ([]byte, error) {
-			return k.run(ctx, append([]string{path}, args...), nil)
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("disk limits: %w (run `dsec doctor`; --disk-quota off runs without them)", err)
-	}
-	k.disk = fs
-	if k.cfg.DiskPool > 0 {
-		k.pool = newDiskPool(k, k.cfg.DiskPoolBytes, k.cfg.DiskPool)
-	}
-	k.log.Info("writable layers are size-limited", "mode", fs.Mode(), "pool", k.cfg.DiskPool)
 	return nil
 }
 
 func (k *Keeper) teardown() {
-	if k.zyg != nil {
-		k.zyg.close()
-	}
-	if k.lazy != nil {
-		k.lazy.close()
+	for _, d := range k.drivers {
+		d.Close()
 	}
 	if k.reaper != nil {
 		k.reaper.close()
 	}
-	for _, f := range []*os.File{k.self, k.lock} {
-		if f != nil {
-			f.Close()
-		}
+	if k.lock != nil {
+		k.lock.Close()
 	}
 }
 
@@ -275,60 +211,28 @@ func sameMountNS() (bool, error) {
 	return parent == "" || parent == own, nil
 }
 
-// checkStatic refuses a dynamically linked dsec binary: it must also run
-// as the init inside root file systems that have no C library.
-func checkStatic(path string) error {
-	f, err := elf.Open(path)
-	if err != nil {
-		return fmt.Errorf("read dsec binary %s: %w", path, err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return errdefs.Newf(errdefs.ErrFailedPrecondition,
-				"%s is dynamically linked; the keeper needs the static build (`make build`)", path)
-		}
-	}
-	return nil
-}
-
-// hideCgroup2 moves a hybrid host's cgroup2 mount (/sys/fs/cgroup/unified)
-// out of the way inside the keeper's mount namespace: crun refuses hybrid
-// hosts, and the keeper still reaches cgroup2 (for kill, freeze and events)
-// at its new place. The host's own mounts are not touched.
-func hideCgroup2(runDir string) error {
-	const unified = "/sys/fs/cgroup/unified"
-	var st unix.Statfs_t
-	if err := unix.Statfs(unified, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
-		return nil
-	}
-	dst := filepath.Join(runDir, "cgroup2")
-	if err := os.MkdirAll(dst, 0o700); err != nil {
-		return err
-	}
-	if err := unix.Mount(unified, dst, "", unix.MS_MOVE, ""); err != nil {
-		return fmt.Errorf("move cgroup2 mount in the keeper's namespace: %w", err)
-	}
-	return nil
-}
-
-// adopt finds sandboxes a previous keeper started, and removes what is
-// left of sandboxes that were never finished (no keeper.json) and cgroups
-// that belong to no sandbox.
+// adopt finds sandboxes a previous keeper started, and has the drivers
+// remove what is left of sandboxes that were never finished (no
+// keeper.json) and what belongs to no sandbox.
 func (k *Keeper) adopt() {
+	ctx := context.Background()
 	ents, _ := os.ReadDir(k.l.SandboxesDir())
 	for _, e := range ents {
-		if isWarmSlot(e.Name()) {
+		if isWarmSlot(e.Name()) && k.ct != nil {
 			// Warm sandboxes nobody claimed are not kept across restarts.
 			k.log.Info("removing a warm sandbox", "slot", e.Name())
-			k.destroy(context.Background(), &box{info: SandboxInfo{Slot: e.Name()}, exited: closedChan()})
+			k.ct.Destroy(ctx, &box{info: SandboxInfo{Slot: e.Name()}, exited: closedChan()})
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(k.l.SandboxDir(e.Name()), "keeper.json"))
 		if err != nil {
 			if validID(e.Name()) == nil {
+				// No record says which driver made it: every driver
+				// removes what it may have made.
 				k.log.Info("removing unfinished sandbox", "id", e.Name())
-				k.destroy(context.Background(), &box{info: SandboxInfo{ID: e.Name()}, exited: closedChan()})
+				for _, d := range k.drivers {
+					d.Destroy(ctx, &box{info: SandboxInfo{ID: e.Name()}, exited: closedChan()})
+				}
 			}
 			continue
 		}
@@ -336,9 +240,14 @@ func (k *Keeper) adopt() {
 		if err := json.Unmarshal(b, &info); err != nil || info.ID != e.Name() {
 			continue
 		}
+		d, err := k.driver(info.Driver)
+		if err != nil {
+			k.log.Error("not adopting a sandbox of an unknown driver: delete it with the dsec that made it", "id", info.ID, "err", err)
+			continue
+		}
 		bx := k.newBox(info)
-		bx.info.Adopted = true
-		k.uids.hold(info.IDs(k.cfg.IDMap))
+		bx.info.Adopted, bx.info.Driver = true, d.Name()
+		d.Adopt(bx)
 		if st, err := ProcStartTime(info.Pid); err != nil || st != info.StartTime {
 			k.exited(bx, "the sandbox's init ended while no keeper ran")
 		} else {
@@ -347,7 +256,7 @@ func (k *Keeper) adopt() {
 		k.boxes[info.ID] = bx
 		k.log.Info("adopted sandbox", "id", info.ID, "state", bx.info.State)
 	}
-	// The names of the adopted sandboxes' cgroups and disks.
+	// The names of the adopted sandboxes' slots and disks.
 	used := map[string]bool{}
 	for _, b := range k.boxes {
 		used[b.info.slot()] = true
@@ -355,31 +264,8 @@ func (k *Keeper) adopt() {
 			used[b.info.Disk] = true
 		}
 	}
-	if k.disk != nil {
-		dirs, err := k.disk.List()
-		if err != nil {
-			k.log.Warn("list sandbox disks", "err", err)
-		}
-		for _, d := range dirs {
-			if !used[d.Name] {
-				k.log.Info("removing orphaned sandbox disk", "name", d.Name)
-				_ = k.disk.Remove(context.Background(), d.Name)
-			}
-		}
-	}
-	groups, err := k.cg.List()
-	if err != nil {
-		k.log.Warn("list cgroups", "err", err)
-		return
-	}
-	for _, g := range groups {
-		if used[g] {
-			continue
-		}
-		k.log.Info("removing orphaned cgroup", "name", g)
-		if err := k.cg.Delete(context.Background(), g); err != nil {
-			k.log.Warn("remove orphaned cgroup", "name", g, "err", err)
-		}
+	for _, d := range k.drivers {
+		d.Sweep(ctx, used)
 	}
 }
 

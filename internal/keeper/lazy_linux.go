@@ -161,11 +161,11 @@ func (z *lazyLayers) fetchMeta(ctx context.Context, digest string) (string, erro
 // cannot be traced to one (the kernel's own read, or an abort of the
 // connection), as a failure of every sandbox using the layer. Each sandbox
 // is reported once.
-func (k *Keeper) lazyFailed(digest string, err error) {
+func (c *containerDriver) lazyFailed(digest string, err error) {
 	slot := ""
 	if re, ok := errors.AsType[*lazyfs.ReadError](err); ok && re.Pid != 0 {
 		if b, rerr := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", re.Pid)); rerr == nil {
-			marker := "/" + k.cfg.CgroupParent + "/"
+			marker := "/" + c.cfg.CgroupParent + "/"
 			for l := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
 				if _, rest, ok := strings.Cut(l, marker); ok {
 					slot, _, _ = strings.Cut(rest, "/")
@@ -173,30 +173,25 @@ func (k *Keeper) lazyFailed(digest string, err error) {
 			}
 		}
 	}
-	k.mu.Lock()
-	boxes := make([]*box, 0, len(k.boxes))
-	for _, b := range k.boxes {
-		boxes = append(boxes, b)
-	}
-	k.mu.Unlock()
+	boxes := c.k.allBoxes()
 	for _, b := range boxes {
 		b.mu.Lock()
 		uses := false
-		for _, d := range b.layers {
+		for _, d := range b.ct.layers {
 			uses = uses || d == digest
 		}
 		if slot != "" && b.info.slot() != slot {
 			uses = false
 		}
-		first := uses && !b.layerFailed
+		first := uses && !b.ct.layerFailed
 		if first {
-			b.layerFailed = true
+			b.ct.layerFailed = true
 		}
 		id := b.info.ID
 		b.mu.Unlock()
 		if first {
-			k.log.Warn("lazy layer read failed", "sandbox", id, "layer", digest, "err", err)
-			k.events.add(id, EventFailed, fmt.Sprintf("layer %s: its data could not be read from the blob source (%v)", digest, err))
+			c.log.Warn("lazy layer read failed", "sandbox", id, "layer", digest, "err", err)
+			c.k.events.add(id, EventFailed, fmt.Sprintf("layer %s: its data could not be read from the blob source (%v)", digest, err))
 		}
 	}
 }

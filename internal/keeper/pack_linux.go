@@ -24,7 +24,11 @@ func (k *Keeper) packRoutes(mux *http.ServeMux) {
 			reply(w, nil, err)
 			return
 		}
-		f, info, frozen, err := k.pack(r.Context(), req)
+		if k.ct == nil {
+			reply(w, nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "this node keeper has no driver that packs sandboxes"))
+			return
+		}
+		f, info, frozen, err := k.ct.pack(r.Context(), req)
 		if err != nil {
 			reply(w, nil, err)
 			return
@@ -43,44 +47,44 @@ func (k *Keeper) packRoutes(mux *http.ServeMux) {
 }
 
 // beginPack marks id as being packed, or fails when it is already.
-func (k *Keeper) beginPack(id string) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.packing[id] {
+func (c *containerDriver) beginPack(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.packing[id] {
 		return errdefs.Newf(errdefs.ErrFailedPrecondition,
 			"sandbox %s is being packed by another call: wait for it to end, then pack again", id)
 	}
-	if k.packing == nil {
-		k.packing = map[string]bool{}
+	if c.packing == nil {
+		c.packing = map[string]bool{}
 	}
-	k.packing[id] = true
+	c.packing[id] = true
 	return nil
 }
 
-func (k *Keeper) endPack(id string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	delete(k.packing, id)
+func (c *containerDriver) endPack(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.packing, id)
 }
 
 // pack freezes the sandbox, builds a layer of its writable layer into an
 // unlinked temporary file and thaws it. The file is returned open at its
 // start; nothing of it is left on disk on any path.
-func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer.Info, frozen time.Duration, err error) {
+func (c *containerDriver) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer.Info, frozen time.Duration, err error) {
 	if err := validID(req.Sandbox); err != nil {
 		return nil, layer.Info{}, 0, err
 	}
 	if _, err := layer.CleanScrub(req.Scrub); err != nil {
 		return nil, layer.Info{}, 0, err
 	}
-	b, err := k.lookup(req.Sandbox)
+	b, err := c.k.lookup(req.Sandbox)
 	if err != nil {
 		return nil, layer.Info{}, 0, err
 	}
-	if err := k.beginPack(req.Sandbox); err != nil {
+	if err := c.beginPack(req.Sandbox); err != nil {
 		return nil, layer.Info{}, 0, err
 	}
-	defer k.endPack(req.Sandbox)
+	defer c.endPack(req.Sandbox)
 	if err := packable(b); err != nil {
 		return nil, layer.Info{}, 0, err
 	}
@@ -92,25 +96,25 @@ func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer
 		return nil, layer.Info{}, 0, err
 	}
 	tm := newPhases("pack")
-	defer func() { k.log.Debug("pack phases", "sandbox", req.Sandbox, "ms", tm.String()) }()
+	defer func() { c.log.Debug("pack phases", "sandbox", req.Sandbox, "ms", tm.String()) }()
 	info := b.snapshot()
-	upper := boxPaths{dir: b.dir(k.l)}.upper()
-	if k.disk != nil && info.Disk != "" {
-		release, err := k.disk.Reach(info.Disk)
+	upper := boxPaths{dir: b.dir(c.l)}.upper()
+	if c.disk != nil && info.Disk != "" {
+		release, err := c.disk.Reach(info.Disk)
 		if err != nil {
 			return nil, layer.Info{}, 0, fmt.Errorf("reach the writable layer of sandbox %s: %w", req.Sandbox, err)
 		}
 		defer func() {
 			if rerr := release(); rerr != nil {
-				k.log.Warn("detach the writable layer again", "sandbox", req.Sandbox, "err", rerr)
+				c.log.Warn("detach the writable layer again", "sandbox", req.Sandbox, "err", rerr)
 			}
 			tm.mark("detach")
 		}()
-		upper = k.disk.Dir(info.Disk).Upper
+		upper = c.disk.Dir(info.Disk).Upper
 	}
 	tm.mark("reach")
 
-	tmp, err := os.CreateTemp(k.l.RunDir(), "pack-*.erofs")
+	tmp, err := os.CreateTemp(c.l.RunDir(), "pack-*.erofs")
 	if err != nil {
 		return nil, layer.Info{}, 0, fmt.Errorf("pack: %w", err)
 	}
@@ -127,7 +131,7 @@ func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer
 	}()
 
 	slot := info.slot()
-	if err := k.cg.Freeze(ctx, slot); err != nil {
+	if err := c.cg.Freeze(ctx, slot); err != nil {
 		return nil, layer.Info{}, 0, fmt.Errorf("freeze sandbox %s: %w", req.Sandbox, err)
 	}
 	tm.mark("freeze")
@@ -137,8 +141,8 @@ func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer
 		thawOnce.Do(func() {
 			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			if terr := k.cg.Thaw(tctx, slot); terr != nil {
-				k.log.Error("thaw sandbox after pack", "sandbox", req.Sandbox, "err", terr)
+			if terr := c.cg.Thaw(tctx, slot); terr != nil {
+				c.log.Error("thaw sandbox after pack", "sandbox", req.Sandbox, "err", terr)
 				if err == nil {
 					err = fmt.Errorf("thaw sandbox %s: %w", req.Sandbox, terr)
 				}
@@ -148,8 +152,8 @@ func (k *Keeper) pack(ctx context.Context, req PackRequest) (_ *os.File, _ layer
 	}
 	defer thaw()
 	li, err := layer.BuildDiff(ctx, upper, tmp, layer.Diff{
-		HostID: info.IDs(k.cfg.IDMap).HostID, Size: info.IDs(k.cfg.IDMap).Size, Scrub: req.Scrub,
-	}, layer.Options{TempDir: k.l.RunDir()})
+		HostID: info.IDs(c.cfg.IDMap).HostID, Size: info.IDs(c.cfg.IDMap).Size, Scrub: req.Scrub,
+	}, layer.Options{TempDir: c.l.RunDir()})
 	tm.mark("build")
 	thaw()
 	tm.mark("thaw")

@@ -114,11 +114,11 @@ func (k *Keeper) handler(stop func()) http.Handler {
 		reply(w, execs, err)
 	})
 	mux.HandleFunc("GET /v1/chunkcache/stats", func(w http.ResponseWriter, r *http.Request) {
-		if k.lazy == nil {
+		if k.ct == nil || k.ct.lazy == nil {
 			reply(w, nil, errdefs.Newf(errdefs.ErrNotFound, "this keeper has no chunk cache: start dsec up with --blob-source"))
 			return
 		}
-		reply(w, k.lazy.cache.Stats(), nil)
+		reply(w, k.ct.lazy.cache.Stats(), nil)
 	})
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()

@@ -1,6 +1,8 @@
 package keeper
 
 import (
+	"slices"
+
 	"github.com/dsecproject/dsec/internal/errdefs"
 )
 
@@ -30,7 +32,9 @@ func (k *Keeper) applySettings(want Settings) (Settings, error) {
 	if len(changes) == 0 {
 		return cur, nil
 	}
-	k.warm.resize(max(n.WarmPool, 0))
+	if k.ct != nil {
+		k.ct.setWarmPool(n.WarmPool)
+	}
 	k.mu.Lock()
 	k.settings.WarmPool = n.WarmPool
 	cur = k.settings
@@ -40,4 +44,11 @@ func (k *Keeper) applySettings(want Settings) (Settings, error) {
 }
 
 // driverNames lists the keeper's sandbox drivers.
-func (k *Keeper) driverNames() []string { return []string{"container"} }
+func (k *Keeper) driverNames() []string {
+	names := make([]string, 0, len(k.drivers))
+	for n := range k.drivers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -62,7 +61,7 @@ type warmShape struct {
 
 // warmPool keeps warm sandboxes; one goroutine (run) starts them.
 type warmPool struct {
-	k    *Keeper
+	c    *containerDriver
 	kick chan struct{}
 
 	mu sync.Mutex
@@ -72,8 +71,8 @@ type warmPool struct {
 	failedAt time.Time
 }
 
-func newWarmPool(k *Keeper, per int) *warmPool {
-	return &warmPool{k: k, per: per, kick: make(chan struct{}, 1), shapes: map[warmKey]*warmShape{}}
+func newWarmPool(c *containerDriver, per int) *warmPool {
+	return &warmPool{c: c, per: per, kick: make(chan struct{}, 1), shapes: map[warmKey]*warmShape{}}
 }
 
 // size is how many sandboxes are kept ready per shape.
@@ -184,7 +183,7 @@ func (w *warmPool) run(ctx context.Context) {
 			b, err := w.startOne(ctx, req)
 			if err != nil {
 				if ctx.Err() == nil {
-					w.k.log.Warn("start a warm sandbox", "err", err)
+					w.c.log.Warn("start a warm sandbox", "err", err)
 				}
 				w.mu.Lock()
 				w.failedAt = time.Now()
@@ -251,21 +250,21 @@ func (w *warmPool) drain() {
 
 func (w *warmPool) destroy(boxes []*box) {
 	for _, b := range boxes {
-		w.k.destroy(context.Background(), b)
+		w.c.Destroy(context.Background(), b)
 	}
 }
 
 // startOne starts a warm sandbox of req's shape.
 func (w *warmPool) startOne(ctx context.Context, req CreateRequest) (*box, error) {
 	slot := warmPrefix + randomHex(8)
-	b := w.k.newBox(SandboxInfo{Slot: slot, State: StateCreating})
+	b := w.c.k.newBox(SandboxInfo{Slot: slot, State: StateCreating})
 	b.op.Lock()
 	defer b.op.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	req.ID = ""
-	if err := w.k.start(cctx, b, req); err != nil {
-		w.k.destroy(context.WithoutCancel(ctx), b)
+	if err := w.c.start(cctx, b, req); err != nil {
+		w.c.Destroy(context.WithoutCancel(ctx), b)
 		return nil, err
 	}
 	return b, nil
@@ -274,24 +273,24 @@ func (w *warmPool) startOne(ctx context.Context, req CreateRequest) (*box, error
 // claimWarm makes a warm sandbox of req's shape the sandbox b (a user's,
 // not started yet, locked by the caller) and reports whether it did. A
 // warm sandbox that cannot be claimed is removed.
-func (k *Keeper) claimWarm(ctx context.Context, b *box, req CreateRequest) bool {
+func (c *containerDriver) claimWarm(ctx context.Context, b *box, req CreateRequest) bool {
 	for {
-		wb := k.warm.take(req)
+		wb := c.warm.take(req)
 		if wb == nil {
 			return false
 		}
-		err := k.claim(b, wb, req)
+		err := c.claim(b, wb, req)
 		if err == nil {
 			return true
 		}
-		k.log.Warn("claim a warm sandbox", "sandbox", req.ID, "err", err)
-		k.destroy(context.WithoutCancel(ctx), wb)
+		c.log.Warn("claim a warm sandbox", "sandbox", req.ID, "err", err)
+		c.Destroy(context.WithoutCancel(ctx), wb)
 	}
 }
 
 // claim moves the warm sandbox wb into b: the hostname becomes the ID, the
 // directory is renamed after it, and b takes over wb's state.
-func (k *Keeper) claim(b, wb *box, req CreateRequest) error {
+func (c *containerDriver) claim(b, wb *box, req CreateRequest) error {
 	wb.op.Lock()
 	defer wb.op.Unlock()
 	wb.mu.Lock()
@@ -303,28 +302,25 @@ func (k *Keeper) claim(b, wb *box, req CreateRequest) error {
 	if err := setHostname(winfo.Pid, req.ID); err != nil {
 		return err
 	}
-	from, to := k.l.SandboxDir(winfo.Slot), k.l.SandboxDir(req.ID)
+	from, to := c.l.SandboxDir(winfo.Slot), c.l.SandboxDir(req.ID)
 	if err := os.Rename(from, to); err != nil {
 		_ = setHostname(winfo.Pid, winfo.Slot)
 		return fmt.Errorf("warm sandbox %s: %w", winfo.Slot, err)
 	}
+	// The directory is b's now: b's destroy removes it with the rest. The
+	// core records b and watches its init.
 	info := winfo
-	info.ID = req.ID
+	info.ID, info.Driver = req.ID, containerDriverName
 	info.Created = time.Now().UTC()
-	if err := writeJSON(filepath.Join(to, "keeper.json"), info); err != nil {
-		// The directory is b's now: b's destroy removes it with the rest.
-		k.log.Warn("record a claimed sandbox", "sandbox", req.ID, "err", err)
-	}
 	wb.mu.Lock()
-	layers, procs := wb.layers, wb.procs
-	wb.layers = nil
+	layers, procs := wb.ct.layers, wb.ct.procs
+	wb.ct.layers = nil
 	wb.mu.Unlock()
 	b.mu.Lock()
 	b.info = info
-	b.layers, b.procs = layers, procs
+	b.ct.layers, b.ct.procs = layers, procs
 	b.initExit = exitCh
 	b.mu.Unlock()
-	k.watchInit(b)
 	return nil
 }
 

@@ -19,7 +19,7 @@ const zygoteRetry = 5 * time.Second
 // (about half of an exec's cost). It is started on first use and again
 // after it dies; when it cannot run, execs fall back to nsexec.Spawn.
 type zygotes struct {
-	k *Keeper
+	c *containerDriver
 
 	mu sync.Mutex
 	// guarded by mu
@@ -40,15 +40,15 @@ func (zs *zygotes) get() *nsexec.Zygote {
 		return nil
 	}
 	started := time.Now()
-	z, err := nsexec.StartZygote(zs.k.cfg.Self)
+	z, err := nsexec.StartZygote(zs.c.cfg.Self)
 	if err != nil {
 		zs.failedAt = time.Now()
-		zs.k.log.Warn("exec zygote did not start; execs use the helper binary", "err", err)
+		zs.c.log.Warn("exec zygote did not start; execs use the helper binary", "err", err)
 		return nil
 	}
 	zs.failedAt = time.Time{}
 	zs.cur = z
-	exited := zs.k.reaper.watch(z.Pid(), started)
+	exited := zs.c.k.reaper.watch(z.Pid(), started)
 	go func() {
 		ws := <-exited
 		zs.mu.Lock()
@@ -60,7 +60,7 @@ func (zs *zygotes) get() *nsexec.Zygote {
 		zs.mu.Unlock()
 		z.Close()
 		if gone && !closed {
-			zs.k.log.Warn("exec zygote exited; the next exec starts another", "pid", z.Pid(), "status", int(ws))
+			zs.c.log.Warn("exec zygote exited; the next exec starts another", "pid", z.Pid(), "status", int(ws))
 		}
 	}()
 	return z
@@ -90,9 +90,9 @@ func (zs *zygotes) close() {
 // spawn starts cfg's command in its sandbox, through the zygote when one
 // runs and through the helper binary otherwise, and returns the command's
 // host pid. A helper's exit is reaped and dropped.
-func (k *Keeper) spawn(cfg nsexec.ExecConfig, stdio [3]*os.File) (int, error) {
+func (c *containerDriver) spawn(cfg nsexec.ExecConfig, stdio [3]*os.File) (int, error) {
 	for range 2 {
-		z := k.zyg.get()
+		z := c.zyg.get()
 		if z == nil {
 			break
 		}
@@ -101,12 +101,12 @@ func (k *Keeper) spawn(cfg nsexec.ExecConfig, stdio [3]*os.File) (int, error) {
 			return child, err
 		}
 		// The zygote died between requests: the command did not start.
-		k.zyg.drop(z)
+		c.zyg.drop(z)
 	}
 	started := time.Now()
-	helper, child, err := nsexec.Spawn(k.cfg.Self, cfg, stdio)
+	helper, child, err := nsexec.Spawn(c.cfg.Self, cfg, stdio)
 	if helper > 0 {
-		k.reaper.watch(helper, started)
+		c.k.reaper.watch(helper, started)
 	}
 	return child, err
 }
