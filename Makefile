@@ -12,7 +12,7 @@ MODULES := api sdk/go
 .PHONY: help build test test-modules test-root test-all lint fmt gen check-gen fresh-build bench density bench-fusion bench-pack bench-layers bench-lazy clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 build: ## build the static binary bin/dsec
 	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -ldflags '$(LDFLAGS)' -o bin/dsec ./cmd/dsec
