@@ -26,6 +26,10 @@ test-modules: ## the API and SDK modules on their own (GOWORK=off, in their dire
 test-root: build ## every test as root, including real sandboxes (sudo make test-root)
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) test -race -count=1 ./...
 
+test-crash: ## kill -9 of dsec up and of the keeper at each step of create and delete (root; a -tags dsec_crashhook build)
+	CGO_ENABLED=1 $(GO) build -tags $(TAGS),dsec_crashhook -ldflags '$(LDFLAGS)' -o bin/dsec-crash ./cmd/dsec
+	DSEC_BIN=$(CURDIR)/bin/dsec-crash $(GO) test -tags dsec_crashhook -count=1 -run 'TestEdgeCrash|TestKeeperCrash' ./e2e/ ./internal/edge/backend/container/
+
 test-all: ## what CI runs: packages, build, generated code, lint, all tests
 	scripts/test.sh
 

@@ -28,4 +28,6 @@ phase "the package list builds dsec on a minimal Debian root"
 scripts/fresh-build.sh
 phase tests
 DSEC_BIN="$(pwd)/bin/dsec" go test -race -count=1 -timeout 20m ./...
+phase "crashes of dsec up and the keeper at each step (a -tags dsec_crashhook build)"
+make -s test-crash
 phase done
