@@ -123,6 +123,22 @@ func (f *v2Keeper) handler() http.Handler {
 	body("POST /v1/exec/stdin", &v2StdinRequest{}, http.StatusNoContent, "")
 	body("POST /v1/exec/signal", &v2SignalRequest{}, http.StatusNoContent, "")
 	body("POST /v1/exec/resize", &v2ResizeRequest{}, http.StatusNoContent, "")
+	mux.HandleFunc("POST /v1/sandbox/pack", func(w http.ResponseWriter, r *http.Request) {
+		var req v2PackRequest
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		f.mu.Lock()
+		f.got[r.URL.Path] = &req
+		f.mu.Unlock()
+		w.Header().Set(headerPackDigest, "sha256:00")
+		w.Header().Set(headerPackFiles, "3")
+		w.Header().Set(headerPackFrozen, "1500000")
+		_, _ = w.Write([]byte("erofs"))
+	})
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.got[r.URL.Path] = r.URL.Query().Get("kill")
@@ -198,6 +214,12 @@ func TestClientAgainstV2Keeper(t *testing.T) {
 	if err := c.Resize(ctx, rs); err != nil {
 		t.Errorf("Resize() = %v", err)
 	}
+	pk, err := c.PackDiff(ctx, v2Requests["pack.request.json"].(PackRequest))
+	if err != nil || pk.Digest != "sha256:00" || pk.Files != 3 || pk.Frozen != 1500*time.Microsecond || pk.Size != 5 {
+		t.Errorf("PackDiff() = %+v, %v", pk, err)
+	} else {
+		pk.Body.Close()
+	}
 	if err := c.Shutdown(ctx, false); err != nil {
 		t.Errorf("Shutdown(false) = %v", err)
 	}
@@ -205,7 +227,7 @@ func TestClientAgainstV2Keeper(t *testing.T) {
 	for path, name := range map[string]string{
 		"/v1/sandbox/create": "create.request.json", "/v1/exec/start": "exec.start.request.json",
 		"/v1/exec/stdin": "exec.stdin.request.json", "/v1/exec/signal": "exec.signal.request.json",
-		"/v1/exec/resize": "exec.resize.request.json",
+		"/v1/exec/resize": "exec.resize.request.json", "/v1/sandbox/pack": "pack.request.json",
 	} {
 		// What a protocol 2 client sent for the same call.
 		var v any
@@ -220,6 +242,8 @@ func TestClientAgainstV2Keeper(t *testing.T) {
 			v = &v2SignalRequest{}
 		case "/v1/exec/resize":
 			v = &v2ResizeRequest{}
+		case "/v1/sandbox/pack":
+			v = &v2PackRequest{}
 		}
 		if err := decodeStrict(readFixture(t, name), v); err != nil {
 			t.Fatal(err)

@@ -358,6 +358,10 @@ func TestV2ClientCreatesAndExecs(t *testing.T) {
 	if exit.Code != 4 || exit.StdoutBytes != 3 {
 		t.Errorf("wait from a protocol 2 client = %+v, want code 4 and 3 bytes", exit)
 	}
+	var st v2Stats
+	if _, err := v2Call(t, hc, "GET", "/v1/sandbox/stats?id=n-v2", nil, &st); err != nil || st.Pids != 1 || st.OutputBytes != 3 || st.OutputLimit != 1<<20 {
+		t.Errorf("stats from a protocol 2 client = %+v, %v; want the driver's pids and the exec's output", st, err)
+	}
 	if code, err := v2Call(t, hc, "POST", "/v1/sandbox/delete?id=n-v2", nil, nil); err != nil || code != http.StatusNoContent {
 		t.Errorf("delete from a protocol 2 client = %d, %v", code, err)
 	}
