@@ -158,14 +158,16 @@ func setIdentity(ctx context.Context, h http.Header) {
 
 // edgeErr turns an edge's reply error back into a kind, with a message
 // that names the node when it cannot be reached (an error that did not come
-// from the edge itself).
+// from the edge itself). The transport's error, which names the node's
+// address or socket, goes to the log only.
 func edgeErr(node string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && !connect.IsWireError(ce) {
-		return errdefs.RetryAfter(errdefs.Newf(errdefs.ErrUnavailable, "node %s is unreachable (%s): retry, or check `dsec up` on it", node, ce.Message()), time.Second)
+		return errdefs.RetryAfter(apierr.WithDetail(
+			errdefs.Newf(errdefs.ErrUnavailable, "node %s is unreachable: retry, or check `dsec up` on it", node), ce), time.Second)
 	}
 	return apierr.FromConnect(err)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/dsecproject/dsec/internal/cluster"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -144,5 +145,35 @@ func TestUserErrorsKeepTheirText(t *testing.T) {
 	}}
 	if diff := cmp.Diff(wantLog, buf.failures(t)); diff != "" {
 		t.Errorf("log (-want +got):\n%s", diff)
+	}
+}
+
+// TestUnreachableNodeHidesItsAddress checks that a node the API server
+// cannot reach is named, not its socket, which goes to the log.
+func TestUnreachableNodeHidesItsAddress(t *testing.T) {
+	t.Parallel()
+	buf := &logBuffer{}
+	s := newTenancyServerLog(t, 0, slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	ctx := t.Context()
+	sock := filepath.Join(t.TempDir(), "gone", "edge.sock")
+	reg, err := s.store.RegisterNode(ctx, cluster.Node{Name: "n2", Addr: "unix://" + sock, Backends: []string{"container"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+
+	_, err = s.admin.Get(ctx, "n2-"+fakeID(1))
+	var de *dsec.Error
+	re := regexp.MustCompile(`^node n2 is unreachable: retry, or check ` + "`dsec up`" + ` on it \(the API server's log has the details under id ([0-9a-f]{16})\)$`)
+	if !errors.As(err, &de) || !errors.Is(err, dsec.ErrUnavailable) {
+		t.Fatalf("Get on an unreachable node = %v, want Unavailable", err)
+	}
+	m := re.FindStringSubmatch(de.Message)
+	if m == nil {
+		t.Fatalf("Get on an unreachable node = %q, want it to match %s", de.Message, re)
+	}
+	logged := buf.failures(t)
+	if len(logged) != 1 || logged[0]["id"] != m[1] || logged[0]["level"] != "WARN" || !strings.Contains(logged[0]["detail"], sock) {
+		t.Errorf("log = %v, want one Warn entry with id %s and a detail naming %s", logged, m[1], sock)
 	}
 }
