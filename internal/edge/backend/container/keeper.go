@@ -45,6 +45,10 @@ func (b *Backend) ensureKeeper(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if p.kept > 0 {
+		b.log.Warn("the node keeper is not replaced while sandboxes on lazy layers, whose data it serves, need it; it is at the first start of dsec up after they are gone",
+			"pid", v.Pid, "why", p.why, "lazy_sandboxes", p.kept)
+	}
 	switch p.action {
 	case useKeeper:
 		if v.Version != b.cfg.Version {
@@ -107,6 +111,9 @@ type keeperPlan struct {
 	why     string          // why it is replaced
 	changes []keeper.Change // settings that differ
 	running int             // execs the old keeper runs, lost by a replacement
+	// kept counts the sandboxes on lazy layers for which a keeper that
+	// should be replaced (why) is kept.
+	kept int
 }
 
 // plan decides what to do with the running keeper v of settings have
@@ -117,8 +124,10 @@ type keeperPlan struct {
 //     which adopts the sandboxes (execs it runs end lost);
 //   - settings that change live only: change them;
 //   - fixed settings (part of what a sandbox is) while it holds sandboxes,
-//     or sandboxes on lazy layers (whose data it serves) when it would be
-//     replaced: refuse, with what to run instead;
+//     or sandboxes on lazy layers (whose data it serves) when settings
+//     need it replaced: refuse, with what to run instead;
+//   - sandboxes on lazy layers when only its version or protocol differs:
+//     keep it (it serves this dsec), and say so;
 //   - a newer keeper that still serves this dsec's protocol and has the
 //     same settings: use it.
 func plan(v keeper.Version, have, want keeper.Settings, version string, infos []keeper.SandboxInfo, stateDir string) (keeperPlan, error) {
@@ -163,6 +172,16 @@ func plan(v keeper.Version, have, want keeper.Settings, version string, infos []
 	}
 	if lazy == 0 && v.Settings == nil && have.BlobSource != "" {
 		lazy = len(infos) // a protocol 2 keeper does not say which
+	}
+	if lazy > 0 && worst == keeper.Live {
+		// Only its code differs, and it serves this dsec (a protocol 2
+		// keeper reads every request this dsec sends it): kept until its
+		// lazy sandboxes are gone, and said so.
+		p.action, p.kept = useKeeper, lazy
+		if len(p.changes) > 0 && v.Settings != nil {
+			p.action = applyLive
+		}
+		return p, nil
 	}
 	if lazy > 0 {
 		return p, errdefs.Newf(errdefs.ErrFailedPrecondition,

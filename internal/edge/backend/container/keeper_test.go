@@ -39,9 +39,13 @@ func TestPlan(t *testing.T) {
 		{"cgroup parent without sandboxes", v3, with(func(s *keeper.Settings) { s.CgroupParent = "other" }), "v1", nil, replaceKeeper, ""},
 		{"cgroup parent with sandboxes", v3, with(func(s *keeper.Settings) { s.CgroupParent = "other" }), "v1", one, 0, "start dsec up with --cgroup-parent dsec as before"},
 		{"fewer uid ranges with sandboxes", v3, with(func(s *keeper.Settings) { s.IDRanges = 10 }), "v1", one, 0, "--uid-ranges 16384"},
-		{"lazy sandboxes are not taken over", v3, base, "v2", lazy, 0, "lazy layers"},
+		{"lazy sandboxes keep a keeper of another version", v3, base, "v2", lazy, useKeeper, ""},
+		{"lazy sandboxes keep a keeper of protocol 2", v2, base, "v2", lazy, useKeeper, ""},
+		{"lazy sandboxes refuse a restart setting", v3, with(func(s *keeper.Settings) { s.ChunkSize = 4 << 20 }), "v1", lazy, 0, "lazy layers"},
+		{"lazy sandboxes and a live change", v3, with(func(s *keeper.Settings) { s.WarmPool = 8 }), "v2", lazy, applyLive, ""},
 		{"lazy sandboxes keep a keeper of the same version", v3, base, "v1", lazy, useKeeper, ""},
-		{"protocol 2 with a blob source and sandboxes", v2, with(func(s *keeper.Settings) { s.BlobSource = "dir:/b" }), "v2", one, 0, "lazy layers"},
+		{"protocol 2 with a blob source and sandboxes", v2, with(func(s *keeper.Settings) { s.BlobSource = "dir:/b" }), "v2", one, useKeeper, ""},
+		{"protocol 2 with a blob source, sandboxes and a restart setting", v2, with(func(s *keeper.Settings) { s.BlobSource = "dir:/b"; s.ChunkSize = 4 << 20 }), "v2", one, 0, "lazy layers"},
 		{"a newer keeper that serves us", keeper.Version{Protocol: keeper.Protocol + 1, MinProtocol: keeper.Protocol, Version: "v9", Settings: &base}, base, "v1", one, useKeeper, ""},
 		{"a newer keeper that does not", keeper.Version{Protocol: keeper.Protocol + 1, MinProtocol: keeper.Protocol + 1, Version: "v9", Settings: &base}, base, "v1", one, 0, "run dsec v9 or later"},
 	}
@@ -51,8 +55,10 @@ func TestPlan(t *testing.T) {
 			if tt.v.Settings != nil {
 				have = *tt.v.Settings
 			}
-			if tt.name == "protocol 2 with a blob source and sandboxes" {
+			if strings.HasPrefix(tt.name, "protocol 2 with a blob source") {
 				have = tt.want
+				have.BlobSource = "dir:/b"
+				have.ChunkSize = base.ChunkSize
 			}
 			p, err := plan(tt.v, have, tt.want, tt.version, tt.infos, "/s")
 			if tt.errHas != "" {
