@@ -114,14 +114,19 @@ type keeperPlan struct {
 	// kept counts the sandboxes on lazy layers for which a keeper that
 	// should be replaced (why) is kept.
 	kept int
+	// upgrade: it is replaced for its code (protocol or version), not for
+	// its settings.
+	upgrade bool
 }
 
 // plan decides what to do with the running keeper v of settings have
 // (normalized), holding infos, for an edge of version that wants the
 // settings want (normalized):
-//   - an older protocol, another dsec version (when both are known) or
-//     settings that need a restart: replace it by this dsec's keeper,
-//     which adopts the sandboxes (execs it runs end lost);
+//   - an older protocol or another dsec version (when both are known):
+//     replace it by this dsec's keeper, which adopts the sandboxes (execs
+//     it runs end lost, said so);
+//   - settings that need a restart: the same, unless execs run in it, which
+//     would be lost: then refuse, with the flags to pass as before;
 //   - settings that change live only: change them;
 //   - fixed settings (part of what a sandbox is) while it holds sandboxes,
 //     or sandboxes on lazy layers (whose data it serves) when settings
@@ -142,9 +147,9 @@ func plan(v keeper.Version, have, want keeper.Settings, version string, infos []
 			"the node keeper (pid %d) is from dsec %s, which no longer serves this dsec (%s): run dsec %s or later, or stop the keeper with `dsec purge --state-dir %s` (which deletes its sandboxes)",
 			v.Pid, v.Version, version, v.Version, stateDir)
 	case v.Protocol < keeper.Protocol:
-		p.why = fmt.Sprintf("it speaks keeper protocol %d, this dsec %d", v.Protocol, keeper.Protocol)
+		p.why, p.upgrade = fmt.Sprintf("it speaks keeper protocol %d, this dsec %d", v.Protocol, keeper.Protocol), true
 	case v.Version != version && v.Protocol == keeper.Protocol && v.Version != "" && version != "":
-		p.why = fmt.Sprintf("it runs dsec %s, this is dsec %s", v.Version, version)
+		p.why, p.upgrade = fmt.Sprintf("it runs dsec %s, this is dsec %s", v.Version, version), true
 	case worst == keeper.Live && len(p.changes) > 0:
 		p.action = applyLive
 		return p, nil
@@ -187,6 +192,19 @@ func plan(v keeper.Version, have, want keeper.Settings, version string, infos []
 		return p, errdefs.Newf(errdefs.ErrFailedPrecondition,
 			"the node keeper (pid %d) must be replaced (%s), but %d of its sandboxes read lazy layers whose data it serves, which a new keeper cannot take over: run dsec %s with the settings it has until they are deleted, or remove everything with `dsec purge --state-dir %s`",
 			v.Pid, p.why, lazy, v.Version, stateDir)
+	}
+	if p.running > 0 && !p.upgrade {
+		// A new keeper for a setting would lose what runs; an upgrade
+		// may (said so), a flag changed in passing should not.
+		var keep []string
+		for _, c := range p.changes {
+			if c.Class != keeper.Live {
+				keep = append(keep, c.Flag+" "+c.Have)
+			}
+		}
+		return p, errdefs.Newf(errdefs.ErrFailedPrecondition,
+			"the node keeper (pid %d) runs with %s; changing that takes a new keeper, and the %d execs running in it would be lost: start dsec up with %s as before, or again once they have ended",
+			v.Pid, keeper.Describe(p.changes), p.running, strings.Join(keep, " "))
 	}
 	p.action = replaceKeeper
 	return p, nil

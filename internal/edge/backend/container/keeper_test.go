@@ -20,6 +20,7 @@ func TestPlan(t *testing.T) {
 	v2 := keeper.Version{Protocol: 2, Version: "b56bd3e", Pid: 42}
 	one := []keeper.SandboxInfo{{ID: "n-1", State: keeper.StateRunning, RunningExecs: 2}}
 	lazy := []keeper.SandboxInfo{{ID: "n-1", State: keeper.StateRunning, Lazy: true}}
+	idle := []keeper.SandboxInfo{{ID: "n-1", State: keeper.StateRunning}}
 	tests := []struct {
 		name    string
 		v       keeper.Version
@@ -32,7 +33,8 @@ func TestPlan(t *testing.T) {
 		{"same", v3, base, "v1", one, useKeeper, ""},
 		{"unknown edge version", v3, base, "", one, useKeeper, ""},
 		{"warm pool changes live", v3, with(func(s *keeper.Settings) { s.WarmPool = 8 }), "v1", one, applyLive, ""},
-		{"chunk size restarts with sandboxes", v3, with(func(s *keeper.Settings) { s.ChunkSize = 4 << 20 }), "v1", one, replaceKeeper, ""},
+		{"chunk size restarts with idle sandboxes", v3, with(func(s *keeper.Settings) { s.ChunkSize = 4 << 20 }), "v1", idle, replaceKeeper, ""},
+		{"chunk size is refused while execs run", v3, with(func(s *keeper.Settings) { s.ChunkSize = 4 << 20 }), "v1", one, 0, "start dsec up with --chunk-size 1048576 as before, or again once they have ended"},
 		{"chunk size restarts without", v3, with(func(s *keeper.Settings) { s.ChunkSize = 4 << 20 }), "v1", nil, replaceKeeper, ""},
 		{"another version is replaced", v3, base, "v2", one, replaceKeeper, ""},
 		{"protocol 2 is replaced", v2, base, "v2", one, replaceKeeper, ""},

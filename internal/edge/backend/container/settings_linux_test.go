@@ -19,8 +19,9 @@ import (
 // Before protocol 3 every one of these was ignored silently (the running
 // keeper kept its settings until `dsec purge`): now a live setting is
 // changed in place, a restart setting gets a new keeper that adopts the
-// sandbox, a fixed one is refused with the flag to pass, and a keeper of
-// another dsec version is replaced.
+// sandbox (refused while an exec runs, which it would lose), a fixed one
+// is refused with the flag to pass, and a keeper of another dsec version
+// is replaced.
 func TestKeeperSettingsChange(t *testing.T) {
 	n := newNode(t)
 	open := func(t *testing.T, f func(*Config)) (*Backend, error) {
@@ -92,6 +93,23 @@ func TestKeeperSettingsChange(t *testing.T) {
 			t.Errorf("Status after the keeper was replaced = %+v, %v; want the sandbox running, adopted", st, err)
 		}
 		works(t, b)
+	})
+	t.Run("busy", func(t *testing.T) {
+		if err := b.StartExec(ctx, id, sandbox.ExecSpec{ID: "busy", Argv: []string{"sleep", "30"}, Env: []string{"PATH=/bin"}}); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		_, err := open(t, func(c *Config) { c.WarmPool = 5; c.ChunkSize = 8 << 20 })
+		if !errdefs.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "--chunk-size 4194304 as before") {
+			t.Errorf("New(--chunk-size 8M) while an exec runs = %v; want FailedPrecondition saying --chunk-size 4194304", err)
+		}
+		reopen(t, func(c *Config) { c.WarmPool = 5; c.ChunkSize = 4 << 20 })
+		if err := b.Signal(ctx, id, "busy", 9); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := b.WaitExec(ctx, id, "busy"); err != nil || st.Signal != 9 || st.Lost {
+			t.Errorf("WaitExec(busy) = %+v, %v; want signal 9: the keeper was kept", st, err)
+		}
 	})
 	t.Run("fixed", func(t *testing.T) {
 		b.Close()
