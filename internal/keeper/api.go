@@ -41,7 +41,8 @@ import (
 //	3: the Dsec-Keeper-Protocol header; unknown fields ignored; Version
 //	   carries min_protocol and the keeper's settings; POST /v1/settings
 //	   applies settings that change live; SandboxInfo.driver and .lazy;
-//	   CreateRequest.driver.
+//	   CreateRequest.driver; POST /v1/shutdown?handoff=1 hands the fd
+//	   vault to the keeper that replaces this one (vault_linux.go).
 const Protocol = 3
 
 // MinProtocol is the oldest client protocol a keeper of this package serves.

@@ -266,7 +266,7 @@ func newTestKeeper(t *testing.T) (*Keeper, string) {
 	t.Helper()
 	dir := shortTempDir(t)
 	cfg := Config{StateDir: dir, Version: "test", Runtime: "/usr/bin/crun", OutputQuota: 256 << 20}
-	k := &Keeper{cfg: cfg, l: Layout{StateDir: dir}, log: discardLogger(), boxes: map[string]*box{}, events: newEventLog(), settings: cfg.Settings()}
+	k := &Keeper{cfg: cfg, l: Layout{StateDir: dir}, log: discardLogger(), boxes: map[string]*box{}, events: newEventLog(), vault: newVault(), settings: cfg.Settings()}
 	k.ct = &containerDriver{k: k, cfg: &k.cfg, l: k.l, log: k.log}
 	k.ct.warm = newWarmPool(k.ct, 0)
 	k.drivers = map[string]Driver{containerDriverName: k.ct}

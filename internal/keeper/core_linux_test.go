@@ -115,13 +115,14 @@ func devNulls() []uintptr {
 func newFakeKeeper(t *testing.T, dir string) (*Keeper, *fakeDriver, *Client) {
 	t.Helper()
 	cfg := Config{StateDir: dir, Version: "test", Runtime: "/usr/bin/crun", OutputQuota: 1 << 20, OutputLimit: 1 << 20}
-	k := &Keeper{cfg: cfg, l: Layout{StateDir: dir}, log: discardLogger(), boxes: map[string]*box{}, events: newEventLog(), settings: cfg.Settings()}
+	k := &Keeper{cfg: cfg, l: Layout{StateDir: dir}, log: discardLogger(), boxes: map[string]*box{}, events: newEventLog(), vault: newVault(), settings: cfg.Settings()}
 	k.reaper = newReaper()
 	f := &fakeDriver{k: k}
 	k.drivers, k.defaultDriver = map[string]Driver{"fake": f}, "fake"
 	if err := os.MkdirAll(k.l.SandboxesDir(), 0o711); err != nil {
 		t.Fatal(err)
 	}
+	k.takeOver()
 	k.adopt()
 	serveOn(t, dir, k.handler(func() {}))
 	c := NewClient(dir)

@@ -17,7 +17,8 @@ import (
 //   - exec: the journal (spec.json, exit.json), output files with their
 //     caps and quota, stdin, TTY pumps, timeouts, signals, and `lost` for
 //     an exec whose end no keeper saw;
-//   - the event log, the settings, the versioned API (api.go).
+//   - the event log, the fd vault (vault_linux.go), the settings, the
+//     versioned API (api.go).
 //
 // A driver owns what makes its kind of sandbox: for the container driver
 // (container_linux.go, the first) the OCI runtime, the overlay root over

@@ -3,6 +3,7 @@ package keeper
 import (
 	"cmp"
 	"context"
+	"net/url"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ type Keeper struct {
 	reaper *reaper
 	lock   *os.File
 	events *eventLog
+	vault  *vault
 	// ct is the container driver, the only one so far; drivers lists
 	// every driver by name.
 	ct      *containerDriver
@@ -43,6 +45,9 @@ type Keeper struct {
 	boxes map[string]*box
 	// settings are the keeper's settings, normalized; Live ones change.
 	settings Settings
+	// handoff is where the vault goes to the keeper replacing this one,
+	// once a shutdown asked for that.
+	handoff *net.UnixListener
 }
 
 // Run runs the keeper until ctx ends or a client asks it to shut down. It
@@ -51,14 +56,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}
-	k := &Keeper{cfg: cfg, l: Layout{StateDir: cfg.StateDir}, log: cfg.Logger, boxes: map[string]*box{}, events: newEventLog(), settings: cfg.Settings()}
+	k := &Keeper{cfg: cfg, l: Layout{StateDir: cfg.StateDir}, log: cfg.Logger, boxes: map[string]*box{}, events: newEventLog(), vault: newVault(), settings: cfg.Settings()}
 	if err := k.setup(); err != nil {
 		k.teardown()
 		return err
 	}
 	defer k.teardown()
 	ctx, stop := context.WithCancel(ctx)
-	defer stop()
 	var wg sync.WaitGroup
 	for _, d := range k.drivers {
 		wg.Add(1)
@@ -67,8 +71,20 @@ func Run(ctx context.Context, cfg Config) error {
 			d.Run(ctx)
 		}()
 	}
-	defer wg.Wait()
-	return k.serve(ctx, stop)
+	err := k.serve(ctx, stop)
+	stop()
+	wg.Wait()
+	k.mu.Lock()
+	ln := k.handoff
+	k.mu.Unlock()
+	if ln != nil {
+		// The successor starts once the lock is free, and takes the
+		// vault over.
+		k.lock.Close()
+		k.lock = nil
+		k.handOver(ln)
+	}
+	return err
 }
 
 // driver returns the driver of name ("" is the container driver).
@@ -130,6 +146,8 @@ func (k *Keeper) setup() error {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return errdefs.Newf(errdefs.ErrAlreadyExists, "another keeper runs for %s", k.cfg.StateDir)
 	}
+	// From a keeper this one replaces, before anything looks at sandboxes.
+	k.takeOver()
 	same, err := sameMountNS()
 	if err != nil {
 		return err
@@ -155,6 +173,9 @@ func (k *Keeper) teardown() {
 	}
 	if k.reaper != nil {
 		k.reaper.close()
+	}
+	if k.vault != nil {
+		k.vault.closeAll()
 	}
 	if k.lock != nil {
 		k.lock.Close()
@@ -328,10 +349,25 @@ func Takeover(ctx context.Context, self, stateDir string, s Settings, old Versio
 	c := NewClient(stateDir)
 	defer c.Close()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := c.Shutdown(sctx, false)
+	var err error
+	if old.Protocol >= 3 {
+		// It hands its vault over to the new keeper once its lock is free.
+		err = c.call(sctx, http.MethodPost, "/v1/shutdown", url.Values{"handoff": {"1"}}, nil, nil)
+	} else {
+		err = c.Shutdown(sctx, false)
+	}
 	cancel()
 	if err != nil && !errdefs.Is(err, errdefs.ErrUnavailable) {
 		return fmt.Errorf("stop the node keeper (pid %d): %w", old.Pid, err)
+	}
+	if old.Protocol >= 3 && old.Pid > 0 {
+		if waitUnlocked(ctx, Layout{StateDir: stateDir}, 30*time.Second) {
+			if err := Start(ctx, self, stateDir, s); err != nil {
+				return err
+			}
+			waitExit(ctx, old.Pid, 30*time.Second)
+			return nil
+		}
 	}
 	if old.Pid > 0 && !waitExit(ctx, old.Pid, 30*time.Second) {
 		_ = syscall.Kill(old.Pid, syscall.SIGKILL)
@@ -340,6 +376,26 @@ func Takeover(ctx context.Context, self, stateDir string, s Settings, old Versio
 		}
 	}
 	return Start(ctx, self, stateDir, s)
+}
+
+// waitUnlocked waits up to d for no keeper to hold the lock of l.
+func waitUnlocked(ctx context.Context, l Layout, d time.Duration) bool {
+	f, err := os.Open(filepath.Join(l.RunDir(), "keeper.lock"))
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	deadline := time.Now().Add(d)
+	for {
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // waitExit waits up to d for process pid to end (to be gone or a zombie).

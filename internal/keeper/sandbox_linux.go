@@ -366,6 +366,7 @@ func (k *Keeper) delete(ctx context.Context, id string) error {
 	b.op.Lock()
 	defer b.op.Unlock()
 	k.driverOf(b).Destroy(ctx, b)
+	k.vault.drop(id)
 	k.mu.Lock()
 	if k.boxes[id] == b {
 		delete(k.boxes, id)

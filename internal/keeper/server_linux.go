@@ -131,7 +131,20 @@ func (k *Keeper) handler(stop func()) http.Handler {
 	})
 	k.packRoutes(mux)
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
-		k.shutdown(context.WithoutCancel(r.Context()), r.URL.Query().Get("kill") == "1")
+		q := r.URL.Query()
+		if q.Get("handoff") == "1" && q.Get("kill") != "1" {
+			// Protocol 3: the keeper replacing this one takes the vault
+			// over (vault_linux.go).
+			ln, err := k.listenHandoff()
+			if err != nil {
+				reply(w, nil, err)
+				return
+			}
+			k.mu.Lock()
+			k.handoff = ln
+			k.mu.Unlock()
+		}
+		k.shutdown(context.WithoutCancel(r.Context()), q.Get("kill") == "1")
 		reply(w, nil, nil)
 		stop()
 	})
