@@ -95,10 +95,12 @@ type Config struct {
 	// edge's API (internal/reqlimit; 0: reqlimit.DefaultMaxBytes).
 	MaxRequestBytes int64
 	// StateSync says how node state changes reach the disk: 0 (the
-	// default) is an fsync'd group commit, each change durable when its
-	// call returns; negative is one fsync per change; positive flushes
-	// every StateSync without an fsync per change, which a power loss can
-	// corrupt (tests and benchmarks only). See openStore.
+	// default) writes each change to the page cache before its call
+	// returns and flushes every 100 ms, and rebuilds a file last written
+	// before this boot (a power loss may have damaged it, and ended every
+	// sandbox it describes); positive flushes every StateSync; negative is
+	// an fsync'd group commit, each change on disk when its call returns.
+	// See openStore and docs/architecture.md (Node state).
 	StateSync time.Duration
 	// ReconcileEvery is how often the reconcile tick drives half-done
 	// sandboxes (creating, deleting) to their end while the edge runs
@@ -194,6 +196,9 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	st, err := openStore(filepath.Join(cfg.StateDir, "edge.db"), cfg.StateSync)
 	if err != nil {
 		return nil, err
+	}
+	if st.repaired != "" {
+		cfg.Logger.Warn(st.repaired)
 	}
 	e := &Edge{
 		cfg: cfg, log: cfg.Logger, store: st, stop: make(chan struct{}),

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -60,22 +62,44 @@ type store struct {
 	dirty     atomic.Bool
 	stop      chan struct{}
 	done      chan struct{}
+	// repaired says what openStore did to a file written before the host
+	// last booted (empty: nothing); the edge logs it.
+	repaired string
 }
 
+// defaultFlushEvery is how often the default mode flushes the node state.
+const defaultFlushEvery = 100 * time.Millisecond
+
 // openStore opens the node state. syncEvery chooses how commits reach the
-// disk (docs/architecture.md, Node state, has the measurements):
+// disk (docs/architecture.md, Node state, has the measurements and the
+// reasoning):
 //
-//   - 0, the default: fsync'd group commit. Concurrent writes are joined
-//     into one transaction and one fsync (bbolt's Batch, at most
-//     batchDelay apart); each write is on disk when its call returns.
-//   - < 0: one transaction and one fsync per write.
-//   - > 0: no fsync per commit; the file is flushed every syncEvery. A
-//     crash of the process loses nothing, but a power loss or kernel
-//     crash can lose the last changes and, as bbolt's meta pages may then
-//     reach the disk before the pages they point to, corrupt the file.
-//     For tests and benchmarks only.
+//   - 0, the default: no fsync per commit, a flush every 100 ms. A commit
+//     is in the page cache when its call returns, so a crash of dsec up
+//     (or kill -9) loses nothing. A power loss or kernel crash can lose
+//     the last changes and, as bbolt's meta pages may reach the disk
+//     before the pages they point to, damage the file; but it also ends
+//     every sandbox the records describe. So a file last written before
+//     this boot is rebuilt on open from what it still holds (repair).
+//   - > 0: the same, flushed every syncEvery.
+//   - < 0: fsync'd group commit. Concurrent writes are joined into one
+//     transaction and one fsync (bbolt's Batch, at most batchDelay
+//     apart); each write is on disk when its call returns.
 func openStore(path string, syncEvery time.Duration) (*store, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if syncEvery == 0 {
+		syncEvery = defaultFlushEvery
+	}
+	unlock, err := lockState(path)
+	if err != nil {
+		return nil, err
+	}
+	repaired, err := repairAfterBoot(path)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	db, err := openBolt(path, false)
+	unlock()
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, errdefs.Newf(errdefs.ErrAlreadyExists, "%s is locked: another dsec edge runs on this state directory", path)
@@ -103,11 +127,15 @@ func openStore(path string, syncEvery time.Duration) (*store, error) {
 		_, err = tx.CreateBucketIfNotExists(bucketSandboxes)
 		return err
 	})
+	if err == nil {
+		// The file is now known good in this boot.
+		err = markBoot(path)
+	}
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	st := &store{db: db, syncEvery: syncEvery}
+	st := &store{db: db, syncEvery: syncEvery, repaired: repaired}
 	if syncEvery > 0 {
 		db.NoSync = true
 		st.stop, st.done = make(chan struct{}), make(chan struct{})
@@ -115,6 +143,31 @@ func openStore(path string, syncEvery time.Duration) (*store, error) {
 	}
 	return st, nil
 }
+
+// openBolt opens path; a file bbolt panics (or faults) on is an error,
+// and the descriptor it had opened is closed, so its lock goes with it.
+func openBolt(path string, readOnly bool) (db *bolt.DB, err error) {
+	var f *os.File
+	opts := &bolt.Options{Timeout: 2 * time.Second, ReadOnly: readOnly,
+		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+			var err error
+			f, err = os.OpenFile(name, flag, mode)
+			return f, err
+		}}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			if f != nil {
+				f.Close()
+			}
+			db, err = nil, fmt.Errorf("%w: %v", errDamaged, p)
+		}
+	}()
+	return bolt.Open(path, 0o600, opts)
+}
+
+// errDamaged is a file bbolt could not read.
+var errDamaged = errors.New("the file is damaged")
 
 func (s *store) syncLoop() {
 	defer close(s.done)
@@ -142,11 +195,8 @@ var batchDelay = 500 * time.Microsecond
 // group commit reruns it alone when another write of its group fails), so
 // it must only read and write the transaction and variables it sets anew.
 func (s *store) updateTx(fn func(*bolt.Tx) error) error {
-	switch {
-	case s.syncEvery == 0:
+	if s.syncEvery < 0 {
 		return s.db.Batch(fn)
-	case s.syncEvery < 0:
-		return s.db.Update(fn)
 	}
 	err := s.db.Update(fn)
 	if err == nil {

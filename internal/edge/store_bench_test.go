@@ -22,9 +22,8 @@ func BenchmarkStoreDurability(b *testing.B) {
 		name      string
 		syncEvery time.Duration
 	}{
-		{"nosync-flush-100ms", 100 * time.Millisecond},
-		{"fsync-each", -1},
-		{"fsync-group", 0},
+		{"nosync-flush-100ms", 0},
+		{"fsync-group", -1},
 	}
 	if d := os.Getenv("DSEC_BENCH_BATCH_DELAY"); d != "" {
 		v, err := time.ParseDuration(d)
