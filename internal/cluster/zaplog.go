@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/soheilhy/cmux"
+	etcderrors "go.etcd.io/etcd/server/v3/etcdserver/errors"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -93,7 +94,9 @@ var benignMessages = map[string]bool{
 
 // isShutdownNoise reports whether an entry is about a listener or server
 // that stopped because etcd is closing: etcd logs those at Warn and Error on
-// every ordinary Close. They are logged at Debug.
+// every ordinary Close (and a cluster version update that a Close soon
+// after the start cancelled: ErrCanceled is the server's own context
+// ending). They are logged at Debug.
 func isShutdownNoise(fields []zapcore.Field) bool {
 	for _, f := range fields {
 		if f.Type != zapcore.ErrorType {
@@ -105,7 +108,8 @@ func isShutdownNoise(fields []zapcore.Field) bool {
 		}
 		if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) ||
 			errors.Is(err, cmux.ErrServerClosed) || errors.Is(err, cmux.ErrListenerClosed) ||
-			errors.Is(err, grpc.ErrServerStopped) {
+			errors.Is(err, grpc.ErrServerStopped) ||
+			errors.Is(err, etcderrors.ErrCanceled) || errors.Is(err, etcderrors.ErrStopped) {
 			return true
 		}
 	}
