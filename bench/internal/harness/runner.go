@@ -379,13 +379,17 @@ func (h *helperState) runOne(req runnerRequest, p *helperProc) runnerResponse {
 	}
 	_ = os.Remove(outf.Name())
 	defer outf.Close()
-	devnull, err := os.Open(os.DevNull)
+	// Stdin is a pipe at its end, never the host's /dev/null: OCI runtimes
+	// chown their stdio to the container's root, and the host's device
+	// node would stay owned by a container uid.
+	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		resp.Status = err.Error()
 		return resp
 	}
-	defer devnull.Close()
-	files := []uintptr{devnull.Fd(), outf.Fd(), outf.Fd()}
+	stdinW.Close()
+	defer stdinR.Close()
+	files := []uintptr{stdinR.Fd(), outf.Fd(), outf.Fd()}
 	t0 := time.Now()
 	pid, ch, err := h.rp.start(path, req.Argv, h.env, files)
 	if err != nil {

@@ -40,6 +40,9 @@ func TestRunnerRun(t *testing.T) {
 		{[]string{"sh", "-c", "echo why; exit 3"}, "why\n", "exit status 3: why"},
 		{[]string{"sh", "-c", "kill -9 $$"}, "", "killed by killed"},
 		{[]string{"no-such-program-dsec-bench"}, "", "executable file not found"},
+		// Stdin is a pipe at its end, not the host's /dev/null, which an
+		// OCI runtime would chown to its container's root.
+		{[]string{"sh", "-c", "readlink /proc/self/fd/0 | cut -d: -f1; cat"}, "pipe\n", ""},
 	}
 	for _, tt := range tests {
 		res, err := r.Run(ctx, tt.argv...)
