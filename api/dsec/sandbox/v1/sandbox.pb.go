@@ -90,6 +90,58 @@ func (State) EnumDescriptor() ([]byte, []int) {
 	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{0}
 }
 
+type Seal int32
+
+const (
+	Seal_SEAL_UNSPECIFIED Seal = 0
+	// Freeze the sandbox's other processes for the command's duration and
+	// thaw them afterwards.
+	Seal_SEAL_FREEZE Seal = 1
+	// Kill them instead.
+	Seal_SEAL_KILL Seal = 2
+)
+
+// Enum value maps for Seal.
+var (
+	Seal_name = map[int32]string{
+		0: "SEAL_UNSPECIFIED",
+		1: "SEAL_FREEZE",
+		2: "SEAL_KILL",
+	}
+	Seal_value = map[string]int32{
+		"SEAL_UNSPECIFIED": 0,
+		"SEAL_FREEZE":      1,
+		"SEAL_KILL":        2,
+	}
+)
+
+func (x Seal) Enum() *Seal {
+	p := new(Seal)
+	*p = x
+	return p
+}
+
+func (x Seal) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Seal) Descriptor() protoreflect.EnumDescriptor {
+	return file_dsec_sandbox_v1_sandbox_proto_enumTypes[1].Descriptor()
+}
+
+func (Seal) Type() protoreflect.EnumType {
+	return &file_dsec_sandbox_v1_sandbox_proto_enumTypes[1]
+}
+
+func (x Seal) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Seal.Descriptor instead.
+func (Seal) EnumDescriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+}
+
 type Stream int32
 
 const (
@@ -123,11 +175,11 @@ func (x Stream) String() string {
 }
 
 func (Stream) Descriptor() protoreflect.EnumDescriptor {
-	return file_dsec_sandbox_v1_sandbox_proto_enumTypes[1].Descriptor()
+	return file_dsec_sandbox_v1_sandbox_proto_enumTypes[2].Descriptor()
 }
 
 func (Stream) Type() protoreflect.EnumType {
-	return &file_dsec_sandbox_v1_sandbox_proto_enumTypes[1]
+	return &file_dsec_sandbox_v1_sandbox_proto_enumTypes[2]
 }
 
 func (x Stream) Number() protoreflect.EnumNumber {
@@ -136,7 +188,7 @@ func (x Stream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Stream.Descriptor instead.
 func (Stream) EnumDescriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
 }
 
 type EventType int32
@@ -190,11 +242,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_dsec_sandbox_v1_sandbox_proto_enumTypes[2].Descriptor()
+	return file_dsec_sandbox_v1_sandbox_proto_enumTypes[3].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_dsec_sandbox_v1_sandbox_proto_enumTypes[2]
+	return &file_dsec_sandbox_v1_sandbox_proto_enumTypes[3]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -203,7 +255,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
 // Resources a sandbox may use. Zero fields take the server's defaults
@@ -992,7 +1044,23 @@ type ExecRequest struct {
 	OutputLimit int64 `protobuf:"varint,13,opt,name=output_limit,json=outputLimit,proto3" json:"output_limit,omitempty"`
 	// Return right after the started event; the command runs on and can be
 	// attached to by its exec ID.
-	Detach        bool `protobuf:"varint,14,opt,name=detach,proto3" json:"detach,omitempty"`
+	Detach bool `protobuf:"varint,14,opt,name=detach,proto3" json:"detach,omitempty"`
+	// Run shell (argv is refused) in the sandbox's shell session of this
+	// name, made on first use: cwd, environment, functions, aliases and
+	// background jobs carry from one command to the next. Its commands run
+	// one at a time (another command of the same session while one runs is
+	// Aborted); sessions of one sandbox run concurrently. A command's stdin
+	// is empty unless stdin is set. Names: 1-64 of [A-Za-z0-9_.-].
+	Session string `protobuf:"bytes,15,opt,name=session,proto3" json:"session,omitempty"`
+	// Shell of a new session (default /bin/bash when the image has it, else
+	// /bin/sh). Ignored for a session that exists.
+	SessionShell string `protobuf:"bytes,16,opt,name=session_shell,json=sessionShell,proto3" json:"session_shell,omitempty"`
+	// Run the command sealed: every other process of the sandbox is frozen
+	// (or killed) while it runs, it runs in the sandbox's mount and pid view
+	// as recorded at create with the platform's tools first on PATH
+	// (/.dsec/bin) and the image's original layers read-only at
+	// /.dsec/image, and nothing of the sandbox can ptrace or signal it.
+	Sealed        Seal `protobuf:"varint,17,opt,name=sealed,proto3,enum=dsec.sandbox.v1.Seal" json:"sealed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1125,6 +1193,27 @@ func (x *ExecRequest) GetDetach() bool {
 	return false
 }
 
+func (x *ExecRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ExecRequest) GetSessionShell() string {
+	if x != nil {
+		return x.SessionShell
+	}
+	return ""
+}
+
+func (x *ExecRequest) GetSealed() Seal {
+	if x != nil {
+		return x.Sealed
+	}
+	return Seal_SEAL_UNSPECIFIED
+}
+
 type ExecStarted struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ExecId        string                 `protobuf:"bytes,1,opt,name=exec_id,json=execId,proto3" json:"exec_id,omitempty"`
@@ -1243,9 +1332,19 @@ type ExecExit struct {
 	Duration        *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
 	// The command's end was not observed (its node keeper restarted while it
 	// ran); it may have ended any way.
-	Lost          bool `protobuf:"varint,8,opt,name=lost,proto3" json:"lost,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Lost bool `protobuf:"varint,8,opt,name=lost,proto3" json:"lost,omitempty"`
+	// The command ran sealed (ExecRequest.sealed).
+	Sealed bool `protobuf:"varint,9,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	// The command's session shell ended (its timeout's grace period passed,
+	// the command ended the shell, the session was deleted, or the keeper
+	// restarted): the session's state is gone; the next command gets a new
+	// shell.
+	SessionLost bool `protobuf:"varint,10,opt,name=session_lost,json=sessionLost,proto3" json:"session_lost,omitempty"`
+	// The command ran in a new shell that replaced a lost one: state set by
+	// earlier commands of the session (cwd, environment, jobs) is gone.
+	SessionRestarted bool `protobuf:"varint,11,opt,name=session_restarted,json=sessionRestarted,proto3" json:"session_restarted,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ExecExit) Reset() {
@@ -1330,6 +1429,27 @@ func (x *ExecExit) GetDuration() *durationpb.Duration {
 func (x *ExecExit) GetLost() bool {
 	if x != nil {
 		return x.Lost
+	}
+	return false
+}
+
+func (x *ExecExit) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
+}
+
+func (x *ExecExit) GetSessionLost() bool {
+	if x != nil {
+		return x.SessionLost
+	}
+	return false
+}
+
+func (x *ExecExit) GetSessionRestarted() bool {
+	if x != nil {
+		return x.SessionRestarted
 	}
 	return false
 }
@@ -3159,9 +3279,12 @@ type ExecInfo struct {
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	Running   bool                   `protobuf:"varint,5,opt,name=running,proto3" json:"running,omitempty"`
 	// Set once it has ended.
-	Exit          *ExecExit `protobuf:"bytes,6,opt,name=exit,proto3" json:"exit,omitempty"`
-	StdoutBytes   int64     `protobuf:"varint,7,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
-	StderrBytes   int64     `protobuf:"varint,8,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
+	Exit        *ExecExit `protobuf:"bytes,6,opt,name=exit,proto3" json:"exit,omitempty"`
+	StdoutBytes int64     `protobuf:"varint,7,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
+	StderrBytes int64     `protobuf:"varint,8,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
+	// The session it ran in (ExecRequest.session), if any.
+	Session       string `protobuf:"bytes,9,opt,name=session,proto3" json:"session,omitempty"`
+	Sealed        bool   `protobuf:"varint,10,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3250,6 +3373,20 @@ func (x *ExecInfo) GetStderrBytes() int64 {
 		return x.StderrBytes
 	}
 	return 0
+}
+
+func (x *ExecInfo) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ExecInfo) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
 }
 
 type ListExecsResponse struct {
@@ -4489,6 +4626,491 @@ func (x *BackendInfo) GetDefault() bool {
 	return false
 }
 
+type ListSessionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsRequest) Reset() {
+	*x = ListSessionsRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsRequest) ProtoMessage() {}
+
+func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ListSessionsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// Session is one shell session of a sandbox.
+type Session struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The shell's path in the sandbox.
+	Shell     string                 `protobuf:"bytes,2,opt,name=shell,proto3" json:"shell,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Commands run in it so far.
+	Commands int64 `protobuf:"varint,4,opt,name=commands,proto3" json:"commands,omitempty"`
+	// The command running now, if any.
+	RunningExecId string `protobuf:"bytes,5,opt,name=running_exec_id,json=runningExecId,proto3" json:"running_exec_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Session) Reset() {
+	*x = Session{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Session) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Session) ProtoMessage() {}
+
+func (x *Session) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Session.ProtoReflect.Descriptor instead.
+func (*Session) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *Session) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Session) GetShell() string {
+	if x != nil {
+		return x.Shell
+	}
+	return ""
+}
+
+func (x *Session) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Session) GetCommands() int64 {
+	if x != nil {
+		return x.Commands
+	}
+	return 0
+}
+
+func (x *Session) GetRunningExecId() string {
+	if x != nil {
+		return x.RunningExecId
+	}
+	return ""
+}
+
+type ListSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By name.
+	Sessions      []*Session `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *ListSessionsResponse) GetSessions() []*Session {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+type DeleteSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSessionRequest) Reset() {
+	*x = DeleteSessionRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionRequest) ProtoMessage() {}
+
+func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *DeleteSessionRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *DeleteSessionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSessionResponse) Reset() {
+	*x = DeleteSessionResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionResponse) ProtoMessage() {}
+
+func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
+}
+
+type GradeFromRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox whose work is graded.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// Absolute paths in that sandbox copied to the same paths in the grading
+	// sandbox (a directory with everything below it). At most 256.
+	Paths []string `protobuf:"bytes,2,rep,name=paths,proto3" json:"paths,omitempty"`
+	// Image of the grading sandbox (default: the sandbox's own image, as it
+	// was created: its layers, not its writable layer).
+	Image string `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
+	// The command: exactly one of argv and shell (run with /bin/sh -c).
+	Argv  []string          `protobuf:"bytes,4,rep,name=argv,proto3" json:"argv,omitempty"`
+	Shell string            `protobuf:"bytes,5,opt,name=shell,proto3" json:"shell,omitempty"`
+	Env   map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Cwd   string            `protobuf:"bytes,7,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	User  string            `protobuf:"bytes,8,opt,name=user,proto3" json:"user,omitempty"`
+	// Kill the command after this long (default 10 minutes).
+	Timeout *durationpb.Duration `protobuf:"bytes,9,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Cap of each output stream in bytes (default 16 MiB).
+	OutputLimit int64 `protobuf:"varint,10,opt,name=output_limit,json=outputLimit,proto3" json:"output_limit,omitempty"`
+	// Resources of the grading sandbox (default: the sandbox's).
+	Resources *Resources `protobuf:"bytes,11,opt,name=resources,proto3" json:"resources,omitempty"`
+	// Bytes copied at most (default 1 GiB); beyond it the call fails.
+	MaxCopyBytes  int64 `protobuf:"varint,12,opt,name=max_copy_bytes,json=maxCopyBytes,proto3" json:"max_copy_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GradeFromRequest) Reset() {
+	*x = GradeFromRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GradeFromRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GradeFromRequest) ProtoMessage() {}
+
+func (x *GradeFromRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GradeFromRequest.ProtoReflect.Descriptor instead.
+func (*GradeFromRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *GradeFromRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *GradeFromRequest) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+func (x *GradeFromRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *GradeFromRequest) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *GradeFromRequest) GetShell() string {
+	if x != nil {
+		return x.Shell
+	}
+	return ""
+}
+
+func (x *GradeFromRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *GradeFromRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *GradeFromRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *GradeFromRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *GradeFromRequest) GetOutputLimit() int64 {
+	if x != nil {
+		return x.OutputLimit
+	}
+	return 0
+}
+
+func (x *GradeFromRequest) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *GradeFromRequest) GetMaxCopyBytes() int64 {
+	if x != nil {
+		return x.MaxCopyBytes
+	}
+	return 0
+}
+
+type GradeFromResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Exit   *ExecExit              `protobuf:"bytes,1,opt,name=exit,proto3" json:"exit,omitempty"`
+	Stdout []byte                 `protobuf:"bytes,2,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr []byte                 `protobuf:"bytes,3,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// The grading sandbox (deleted when the call returns).
+	GraderSandboxId string `protobuf:"bytes,4,opt,name=grader_sandbox_id,json=graderSandboxId,proto3" json:"grader_sandbox_id,omitempty"`
+	// What was copied.
+	CopiedFiles   int64 `protobuf:"varint,5,opt,name=copied_files,json=copiedFiles,proto3" json:"copied_files,omitempty"`
+	CopiedBytes   int64 `protobuf:"varint,6,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GradeFromResponse) Reset() {
+	*x = GradeFromResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GradeFromResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GradeFromResponse) ProtoMessage() {}
+
+func (x *GradeFromResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GradeFromResponse.ProtoReflect.Descriptor instead.
+func (*GradeFromResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *GradeFromResponse) GetExit() *ExecExit {
+	if x != nil {
+		return x.Exit
+	}
+	return nil
+}
+
+func (x *GradeFromResponse) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *GradeFromResponse) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *GradeFromResponse) GetGraderSandboxId() string {
+	if x != nil {
+		return x.GraderSandboxId
+	}
+	return ""
+}
+
+func (x *GradeFromResponse) GetCopiedFiles() int64 {
+	if x != nil {
+		return x.CopiedFiles
+	}
+	return 0
+}
+
+func (x *GradeFromResponse) GetCopiedBytes() int64 {
+	if x != nil {
+		return x.CopiedBytes
+	}
+	return 0
+}
+
 var File_dsec_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -4570,7 +5192,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
 	"\x0eDeleteResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x03(\tR\adeleted\"\xcc\x03\n" +
+	"\adeleted\x18\x01 \x03(\tR\adeleted\"\xba\x04\n" +
 	"\vExecRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -4588,7 +5210,10 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04rows\x18\v \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\f \x01(\rR\x04cols\x12!\n" +
 	"\foutput_limit\x18\r \x01(\x03R\voutputLimit\x12\x16\n" +
-	"\x06detach\x18\x0e \x01(\bR\x06detach\x1a6\n" +
+	"\x06detach\x18\x0e \x01(\bR\x06detach\x12\x18\n" +
+	"\asession\x18\x0f \x01(\tR\asession\x12#\n" +
+	"\rsession_shell\x18\x10 \x01(\tR\fsessionShell\x12-\n" +
+	"\x06sealed\x18\x11 \x01(\x0e2\x15.dsec.sandbox.v1.SealR\x06sealed\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"&\n" +
@@ -4597,7 +5222,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vOutputChunk\x12/\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x17.dsec.sandbox.v1.StreamR\x06stream\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\x9c\x02\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\x84\x03\n" +
 	"\bExecExit\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\x05R\x06signal\x12\x1b\n" +
@@ -4607,7 +5232,11 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x10stdout_truncated\x18\x05 \x01(\bR\x0fstdoutTruncated\x12)\n" +
 	"\x10stderr_truncated\x18\x06 \x01(\bR\x0fstderrTruncated\x125\n" +
 	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x12\n" +
-	"\x04lost\x18\b \x01(\bR\x04lost\"\v\n" +
+	"\x04lost\x18\b \x01(\bR\x04lost\x12\x16\n" +
+	"\x06sealed\x18\t \x01(\bR\x06sealed\x12!\n" +
+	"\fsession_lost\x18\n" +
+	" \x01(\bR\vsessionLost\x12+\n" +
+	"\x11session_restarted\x18\v \x01(\bR\x10sessionRestarted\"\v\n" +
 	"\tKeepalive\"\xf6\x01\n" +
 	"\fExecResponse\x128\n" +
 	"\astarted\x18\x01 \x01(\v2\x1c.dsec.sandbox.v1.ExecStartedH\x00R\astarted\x126\n" +
@@ -4741,7 +5370,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x11ResizeTTYResponse\"1\n" +
 	"\x10ListExecsRequest\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x93\x02\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xc5\x02\n" +
 	"\bExecInfo\x12\x17\n" +
 	"\aexec_id\x18\x01 \x01(\tR\x06execId\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
@@ -4751,7 +5380,10 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\arunning\x18\x05 \x01(\bR\arunning\x12-\n" +
 	"\x04exit\x18\x06 \x01(\v2\x19.dsec.sandbox.v1.ExecExitR\x04exit\x12!\n" +
 	"\fstdout_bytes\x18\a \x01(\x03R\vstdoutBytes\x12!\n" +
-	"\fstderr_bytes\x18\b \x01(\x03R\vstderrBytes\"D\n" +
+	"\fstderr_bytes\x18\b \x01(\x03R\vstderrBytes\x12\x18\n" +
+	"\asession\x18\t \x01(\tR\asession\x12\x16\n" +
+	"\x06sealed\x18\n" +
+	" \x01(\bR\x06sealed\"D\n" +
 	"\x11ListExecsResponse\x12/\n" +
 	"\x05execs\x18\x01 \x03(\v2\x19.dsec.sandbox.v1.ExecInfoR\x05execs\"@\n" +
 	"\vStatRequest\x12\x1d\n" +
@@ -4836,7 +5468,49 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04tier\x18\x03 \x01(\tR\x04tier\x12\"\n" +
 	"\fcapabilities\x18\x04 \x03(\tR\fcapabilities\x12\x18\n" +
-	"\adefault\x18\x05 \x01(\bR\adefault*\x8e\x01\n" +
+	"\adefault\x18\x05 \x01(\bR\adefault\"4\n" +
+	"\x13ListSessionsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xb2\x01\n" +
+	"\aSession\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05shell\x18\x02 \x01(\tR\x05shell\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1a\n" +
+	"\bcommands\x18\x04 \x01(\x03R\bcommands\x12&\n" +
+	"\x0frunning_exec_id\x18\x05 \x01(\tR\rrunningExecId\"L\n" +
+	"\x14ListSessionsResponse\x124\n" +
+	"\bsessions\x18\x01 \x03(\v2\x18.dsec.sandbox.v1.SessionR\bsessions\"I\n" +
+	"\x14DeleteSessionRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x17\n" +
+	"\x15DeleteSessionResponse\"\xdb\x03\n" +
+	"\x10GradeFromRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x14\n" +
+	"\x05paths\x18\x02 \x03(\tR\x05paths\x12\x14\n" +
+	"\x05image\x18\x03 \x01(\tR\x05image\x12\x12\n" +
+	"\x04argv\x18\x04 \x03(\tR\x04argv\x12\x14\n" +
+	"\x05shell\x18\x05 \x01(\tR\x05shell\x12<\n" +
+	"\x03env\x18\x06 \x03(\v2*.dsec.sandbox.v1.GradeFromRequest.EnvEntryR\x03env\x12\x10\n" +
+	"\x03cwd\x18\a \x01(\tR\x03cwd\x12\x12\n" +
+	"\x04user\x18\b \x01(\tR\x04user\x123\n" +
+	"\atimeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12!\n" +
+	"\foutput_limit\x18\n" +
+	" \x01(\x03R\voutputLimit\x128\n" +
+	"\tresources\x18\v \x01(\v2\x1a.dsec.sandbox.v1.ResourcesR\tresources\x12$\n" +
+	"\x0emax_copy_bytes\x18\f \x01(\x03R\fmaxCopyBytes\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x01\n" +
+	"\x11GradeFromResponse\x12-\n" +
+	"\x04exit\x18\x01 \x01(\v2\x19.dsec.sandbox.v1.ExecExitR\x04exit\x12\x16\n" +
+	"\x06stdout\x18\x02 \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x03 \x01(\fR\x06stderr\x12*\n" +
+	"\x11grader_sandbox_id\x18\x04 \x01(\tR\x0fgraderSandboxId\x12!\n" +
+	"\fcopied_files\x18\x05 \x01(\x03R\vcopiedFiles\x12!\n" +
+	"\fcopied_bytes\x18\x06 \x01(\x03R\vcopiedBytes*\x8e\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATE_CREATING\x10\x01\x12\x11\n" +
@@ -4844,7 +5518,11 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fSTATE_PAUSED\x10\x03\x12\x10\n" +
 	"\fSTATE_EXITED\x10\x04\x12\x10\n" +
 	"\fSTATE_FAILED\x10\x05\x12\x11\n" +
-	"\rSTATE_DELETED\x10\x06*F\n" +
+	"\rSTATE_DELETED\x10\x06*<\n" +
+	"\x04Seal\x12\x14\n" +
+	"\x10SEAL_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vSEAL_FREEZE\x10\x01\x12\r\n" +
+	"\tSEAL_KILL\x10\x02*F\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
@@ -4857,7 +5535,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_TTL_EXPIRED\x10\x04\x12\x15\n" +
 	"\x11EVENT_TYPE_FAILED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_DELETED\x10\x06\x12\x16\n" +
-	"\x12EVENT_TYPE_UPDATED\x10\a2\xa9\x10\n" +
+	"\x12EVENT_TYPE_UPDATED\x10\a2\xba\x12\n" +
 	"\x0eSandboxService\x12I\n" +
 	"\x06Create\x12\x1e.dsec.sandbox.v1.CreateRequest\x1a\x1f.dsec.sandbox.v1.CreateResponse\x12@\n" +
 	"\x03Get\x12\x1b.dsec.sandbox.v1.GetRequest\x1a\x1c.dsec.sandbox.v1.GetResponse\x12C\n" +
@@ -4886,7 +5564,10 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vDownloadTar\x12#.dsec.sandbox.v1.DownloadTarRequest\x1a$.dsec.sandbox.v1.DownloadTarResponse0\x01\x12T\n" +
 	"\tUploadTar\x12!.dsec.sandbox.v1.UploadTarRequest\x1a\".dsec.sandbox.v1.UploadTarResponse(\x01\x12O\n" +
 	"\bPackDiff\x12 .dsec.sandbox.v1.PackDiffRequest\x1a!.dsec.sandbox.v1.PackDiffResponse\x12[\n" +
-	"\fListBackends\x12$.dsec.sandbox.v1.ListBackendsRequest\x1a%.dsec.sandbox.v1.ListBackendsResponseB;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
+	"\fListBackends\x12$.dsec.sandbox.v1.ListBackendsRequest\x1a%.dsec.sandbox.v1.ListBackendsResponse\x12[\n" +
+	"\fListSessions\x12$.dsec.sandbox.v1.ListSessionsRequest\x1a%.dsec.sandbox.v1.ListSessionsResponse\x12^\n" +
+	"\rDeleteSession\x12%.dsec.sandbox.v1.DeleteSessionRequest\x1a&.dsec.sandbox.v1.DeleteSessionResponse\x12R\n" +
+	"\tGradeFrom\x12!.dsec.sandbox.v1.GradeFromRequest\x1a\".dsec.sandbox.v1.GradeFromResponseB;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_dsec_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -4900,205 +5581,227 @@ func file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_dsec_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_dsec_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_dsec_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_dsec_sandbox_v1_sandbox_proto_goTypes = []any{
 	(State)(0),                    // 0: dsec.sandbox.v1.State
-	(Stream)(0),                   // 1: dsec.sandbox.v1.Stream
-	(EventType)(0),                // 2: dsec.sandbox.v1.EventType
-	(*Resources)(nil),             // 3: dsec.sandbox.v1.Resources
-	(*Sandbox)(nil),               // 4: dsec.sandbox.v1.Sandbox
-	(*CreateRequest)(nil),         // 5: dsec.sandbox.v1.CreateRequest
-	(*LayerConfig)(nil),           // 6: dsec.sandbox.v1.LayerConfig
-	(*CreateResponse)(nil),        // 7: dsec.sandbox.v1.CreateResponse
-	(*GetRequest)(nil),            // 8: dsec.sandbox.v1.GetRequest
-	(*GetResponse)(nil),           // 9: dsec.sandbox.v1.GetResponse
-	(*ListRequest)(nil),           // 10: dsec.sandbox.v1.ListRequest
-	(*ListResponse)(nil),          // 11: dsec.sandbox.v1.ListResponse
-	(*DeleteRequest)(nil),         // 12: dsec.sandbox.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 13: dsec.sandbox.v1.DeleteResponse
-	(*ExecRequest)(nil),           // 14: dsec.sandbox.v1.ExecRequest
-	(*ExecStarted)(nil),           // 15: dsec.sandbox.v1.ExecStarted
-	(*OutputChunk)(nil),           // 16: dsec.sandbox.v1.OutputChunk
-	(*ExecExit)(nil),              // 17: dsec.sandbox.v1.ExecExit
-	(*Keepalive)(nil),             // 18: dsec.sandbox.v1.Keepalive
-	(*ExecResponse)(nil),          // 19: dsec.sandbox.v1.ExecResponse
-	(*FileInfo)(nil),              // 20: dsec.sandbox.v1.FileInfo
-	(*ReadFileRequest)(nil),       // 21: dsec.sandbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 22: dsec.sandbox.v1.ReadFileResponse
-	(*WriteFileHeader)(nil),       // 23: dsec.sandbox.v1.WriteFileHeader
-	(*WriteFileRequest)(nil),      // 24: dsec.sandbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 25: dsec.sandbox.v1.WriteFileResponse
-	(*BatchCreateRequest)(nil),    // 26: dsec.sandbox.v1.BatchCreateRequest
-	(*ItemError)(nil),             // 27: dsec.sandbox.v1.ItemError
-	(*BatchCreateResult)(nil),     // 28: dsec.sandbox.v1.BatchCreateResult
-	(*BatchCreateResponse)(nil),   // 29: dsec.sandbox.v1.BatchCreateResponse
-	(*SetTimeoutRequest)(nil),     // 30: dsec.sandbox.v1.SetTimeoutRequest
-	(*SetTimeoutResponse)(nil),    // 31: dsec.sandbox.v1.SetTimeoutResponse
-	(*UpdateLabelsRequest)(nil),   // 32: dsec.sandbox.v1.UpdateLabelsRequest
-	(*UpdateLabelsResponse)(nil),  // 33: dsec.sandbox.v1.UpdateLabelsResponse
-	(*WatchRequest)(nil),          // 34: dsec.sandbox.v1.WatchRequest
-	(*Event)(nil),                 // 35: dsec.sandbox.v1.Event
-	(*WatchResponse)(nil),         // 36: dsec.sandbox.v1.WatchResponse
-	(*StatsRequest)(nil),          // 37: dsec.sandbox.v1.StatsRequest
-	(*StatsResponse)(nil),         // 38: dsec.sandbox.v1.StatsResponse
-	(*AttachRequest)(nil),         // 39: dsec.sandbox.v1.AttachRequest
-	(*WriteStdinRequest)(nil),     // 40: dsec.sandbox.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),    // 41: dsec.sandbox.v1.WriteStdinResponse
-	(*SignalRequest)(nil),         // 42: dsec.sandbox.v1.SignalRequest
-	(*SignalResponse)(nil),        // 43: dsec.sandbox.v1.SignalResponse
-	(*ResizeTTYRequest)(nil),      // 44: dsec.sandbox.v1.ResizeTTYRequest
-	(*ResizeTTYResponse)(nil),     // 45: dsec.sandbox.v1.ResizeTTYResponse
-	(*ListExecsRequest)(nil),      // 46: dsec.sandbox.v1.ListExecsRequest
-	(*ExecInfo)(nil),              // 47: dsec.sandbox.v1.ExecInfo
-	(*ListExecsResponse)(nil),     // 48: dsec.sandbox.v1.ListExecsResponse
-	(*StatRequest)(nil),           // 49: dsec.sandbox.v1.StatRequest
-	(*StatResponse)(nil),          // 50: dsec.sandbox.v1.StatResponse
-	(*ListDirRequest)(nil),        // 51: dsec.sandbox.v1.ListDirRequest
-	(*ListDirResponse)(nil),       // 52: dsec.sandbox.v1.ListDirResponse
-	(*MakeDirRequest)(nil),        // 53: dsec.sandbox.v1.MakeDirRequest
-	(*MakeDirResponse)(nil),       // 54: dsec.sandbox.v1.MakeDirResponse
-	(*RemoveRequest)(nil),         // 55: dsec.sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),        // 56: dsec.sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),         // 57: dsec.sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),        // 58: dsec.sandbox.v1.RenameResponse
-	(*DownloadTarRequest)(nil),    // 59: dsec.sandbox.v1.DownloadTarRequest
-	(*DownloadTarResponse)(nil),   // 60: dsec.sandbox.v1.DownloadTarResponse
-	(*UploadTarHeader)(nil),       // 61: dsec.sandbox.v1.UploadTarHeader
-	(*UploadTarRequest)(nil),      // 62: dsec.sandbox.v1.UploadTarRequest
-	(*UploadTarResponse)(nil),     // 63: dsec.sandbox.v1.UploadTarResponse
-	(*PackDiffRequest)(nil),       // 64: dsec.sandbox.v1.PackDiffRequest
-	(*PackDiffResponse)(nil),      // 65: dsec.sandbox.v1.PackDiffResponse
-	(*ListBackendsRequest)(nil),   // 66: dsec.sandbox.v1.ListBackendsRequest
-	(*ListBackendsResponse)(nil),  // 67: dsec.sandbox.v1.ListBackendsResponse
-	(*BackendInfo)(nil),           // 68: dsec.sandbox.v1.BackendInfo
-	nil,                           // 69: dsec.sandbox.v1.Sandbox.LabelsEntry
-	nil,                           // 70: dsec.sandbox.v1.Sandbox.EnvEntry
-	nil,                           // 71: dsec.sandbox.v1.CreateRequest.LabelsEntry
-	nil,                           // 72: dsec.sandbox.v1.CreateRequest.EnvEntry
-	nil,                           // 73: dsec.sandbox.v1.ListRequest.SelectorEntry
-	nil,                           // 74: dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	nil,                           // 75: dsec.sandbox.v1.ExecRequest.EnvEntry
-	nil,                           // 76: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
-	nil,                           // 77: dsec.sandbox.v1.WatchRequest.SelectorEntry
-	(*timestamppb.Timestamp)(nil), // 78: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 79: google.protobuf.Duration
+	(Seal)(0),                     // 1: dsec.sandbox.v1.Seal
+	(Stream)(0),                   // 2: dsec.sandbox.v1.Stream
+	(EventType)(0),                // 3: dsec.sandbox.v1.EventType
+	(*Resources)(nil),             // 4: dsec.sandbox.v1.Resources
+	(*Sandbox)(nil),               // 5: dsec.sandbox.v1.Sandbox
+	(*CreateRequest)(nil),         // 6: dsec.sandbox.v1.CreateRequest
+	(*LayerConfig)(nil),           // 7: dsec.sandbox.v1.LayerConfig
+	(*CreateResponse)(nil),        // 8: dsec.sandbox.v1.CreateResponse
+	(*GetRequest)(nil),            // 9: dsec.sandbox.v1.GetRequest
+	(*GetResponse)(nil),           // 10: dsec.sandbox.v1.GetResponse
+	(*ListRequest)(nil),           // 11: dsec.sandbox.v1.ListRequest
+	(*ListResponse)(nil),          // 12: dsec.sandbox.v1.ListResponse
+	(*DeleteRequest)(nil),         // 13: dsec.sandbox.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 14: dsec.sandbox.v1.DeleteResponse
+	(*ExecRequest)(nil),           // 15: dsec.sandbox.v1.ExecRequest
+	(*ExecStarted)(nil),           // 16: dsec.sandbox.v1.ExecStarted
+	(*OutputChunk)(nil),           // 17: dsec.sandbox.v1.OutputChunk
+	(*ExecExit)(nil),              // 18: dsec.sandbox.v1.ExecExit
+	(*Keepalive)(nil),             // 19: dsec.sandbox.v1.Keepalive
+	(*ExecResponse)(nil),          // 20: dsec.sandbox.v1.ExecResponse
+	(*FileInfo)(nil),              // 21: dsec.sandbox.v1.FileInfo
+	(*ReadFileRequest)(nil),       // 22: dsec.sandbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 23: dsec.sandbox.v1.ReadFileResponse
+	(*WriteFileHeader)(nil),       // 24: dsec.sandbox.v1.WriteFileHeader
+	(*WriteFileRequest)(nil),      // 25: dsec.sandbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 26: dsec.sandbox.v1.WriteFileResponse
+	(*BatchCreateRequest)(nil),    // 27: dsec.sandbox.v1.BatchCreateRequest
+	(*ItemError)(nil),             // 28: dsec.sandbox.v1.ItemError
+	(*BatchCreateResult)(nil),     // 29: dsec.sandbox.v1.BatchCreateResult
+	(*BatchCreateResponse)(nil),   // 30: dsec.sandbox.v1.BatchCreateResponse
+	(*SetTimeoutRequest)(nil),     // 31: dsec.sandbox.v1.SetTimeoutRequest
+	(*SetTimeoutResponse)(nil),    // 32: dsec.sandbox.v1.SetTimeoutResponse
+	(*UpdateLabelsRequest)(nil),   // 33: dsec.sandbox.v1.UpdateLabelsRequest
+	(*UpdateLabelsResponse)(nil),  // 34: dsec.sandbox.v1.UpdateLabelsResponse
+	(*WatchRequest)(nil),          // 35: dsec.sandbox.v1.WatchRequest
+	(*Event)(nil),                 // 36: dsec.sandbox.v1.Event
+	(*WatchResponse)(nil),         // 37: dsec.sandbox.v1.WatchResponse
+	(*StatsRequest)(nil),          // 38: dsec.sandbox.v1.StatsRequest
+	(*StatsResponse)(nil),         // 39: dsec.sandbox.v1.StatsResponse
+	(*AttachRequest)(nil),         // 40: dsec.sandbox.v1.AttachRequest
+	(*WriteStdinRequest)(nil),     // 41: dsec.sandbox.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),    // 42: dsec.sandbox.v1.WriteStdinResponse
+	(*SignalRequest)(nil),         // 43: dsec.sandbox.v1.SignalRequest
+	(*SignalResponse)(nil),        // 44: dsec.sandbox.v1.SignalResponse
+	(*ResizeTTYRequest)(nil),      // 45: dsec.sandbox.v1.ResizeTTYRequest
+	(*ResizeTTYResponse)(nil),     // 46: dsec.sandbox.v1.ResizeTTYResponse
+	(*ListExecsRequest)(nil),      // 47: dsec.sandbox.v1.ListExecsRequest
+	(*ExecInfo)(nil),              // 48: dsec.sandbox.v1.ExecInfo
+	(*ListExecsResponse)(nil),     // 49: dsec.sandbox.v1.ListExecsResponse
+	(*StatRequest)(nil),           // 50: dsec.sandbox.v1.StatRequest
+	(*StatResponse)(nil),          // 51: dsec.sandbox.v1.StatResponse
+	(*ListDirRequest)(nil),        // 52: dsec.sandbox.v1.ListDirRequest
+	(*ListDirResponse)(nil),       // 53: dsec.sandbox.v1.ListDirResponse
+	(*MakeDirRequest)(nil),        // 54: dsec.sandbox.v1.MakeDirRequest
+	(*MakeDirResponse)(nil),       // 55: dsec.sandbox.v1.MakeDirResponse
+	(*RemoveRequest)(nil),         // 56: dsec.sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 57: dsec.sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),         // 58: dsec.sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),        // 59: dsec.sandbox.v1.RenameResponse
+	(*DownloadTarRequest)(nil),    // 60: dsec.sandbox.v1.DownloadTarRequest
+	(*DownloadTarResponse)(nil),   // 61: dsec.sandbox.v1.DownloadTarResponse
+	(*UploadTarHeader)(nil),       // 62: dsec.sandbox.v1.UploadTarHeader
+	(*UploadTarRequest)(nil),      // 63: dsec.sandbox.v1.UploadTarRequest
+	(*UploadTarResponse)(nil),     // 64: dsec.sandbox.v1.UploadTarResponse
+	(*PackDiffRequest)(nil),       // 65: dsec.sandbox.v1.PackDiffRequest
+	(*PackDiffResponse)(nil),      // 66: dsec.sandbox.v1.PackDiffResponse
+	(*ListBackendsRequest)(nil),   // 67: dsec.sandbox.v1.ListBackendsRequest
+	(*ListBackendsResponse)(nil),  // 68: dsec.sandbox.v1.ListBackendsResponse
+	(*BackendInfo)(nil),           // 69: dsec.sandbox.v1.BackendInfo
+	(*ListSessionsRequest)(nil),   // 70: dsec.sandbox.v1.ListSessionsRequest
+	(*Session)(nil),               // 71: dsec.sandbox.v1.Session
+	(*ListSessionsResponse)(nil),  // 72: dsec.sandbox.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 73: dsec.sandbox.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil), // 74: dsec.sandbox.v1.DeleteSessionResponse
+	(*GradeFromRequest)(nil),      // 75: dsec.sandbox.v1.GradeFromRequest
+	(*GradeFromResponse)(nil),     // 76: dsec.sandbox.v1.GradeFromResponse
+	nil,                           // 77: dsec.sandbox.v1.Sandbox.LabelsEntry
+	nil,                           // 78: dsec.sandbox.v1.Sandbox.EnvEntry
+	nil,                           // 79: dsec.sandbox.v1.CreateRequest.LabelsEntry
+	nil,                           // 80: dsec.sandbox.v1.CreateRequest.EnvEntry
+	nil,                           // 81: dsec.sandbox.v1.ListRequest.SelectorEntry
+	nil,                           // 82: dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	nil,                           // 83: dsec.sandbox.v1.ExecRequest.EnvEntry
+	nil,                           // 84: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	nil,                           // 85: dsec.sandbox.v1.WatchRequest.SelectorEntry
+	nil,                           // 86: dsec.sandbox.v1.GradeFromRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 87: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 88: google.protobuf.Duration
 }
 var file_dsec_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	69, // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
+	77, // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
 	0,  // 1: dsec.sandbox.v1.Sandbox.state:type_name -> dsec.sandbox.v1.State
-	3,  // 2: dsec.sandbox.v1.Sandbox.resources:type_name -> dsec.sandbox.v1.Resources
-	78, // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	78, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	79, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
-	70, // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
-	71, // 7: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
-	3,  // 8: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
-	72, // 9: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
-	79, // 10: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
-	79, // 11: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
-	6,  // 12: dsec.sandbox.v1.CreateRequest.layer_config:type_name -> dsec.sandbox.v1.LayerConfig
-	4,  // 13: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	4,  // 14: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	73, // 15: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
-	4,  // 16: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
-	74, // 17: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	75, // 18: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
-	79, // 19: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	1,  // 20: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
-	79, // 21: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
-	15, // 22: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
-	16, // 23: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
-	17, // 24: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
-	18, // 25: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	78, // 26: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	20, // 27: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	23, // 28: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
-	20, // 29: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	5,  // 30: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
-	79, // 31: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
-	4,  // 32: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	27, // 33: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
-	28, // 34: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
-	79, // 35: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
-	79, // 36: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
-	4,  // 37: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	76, // 38: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
-	4,  // 39: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	77, // 40: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
-	2,  // 41: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
-	4,  // 42: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	78, // 43: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
-	35, // 44: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
-	18, // 45: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	79, // 46: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
-	78, // 47: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
-	17, // 48: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
-	47, // 49: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
-	20, // 50: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	20, // 51: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
-	20, // 52: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	61, // 53: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
-	79, // 54: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
-	79, // 55: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
-	68, // 56: dsec.sandbox.v1.ListBackendsResponse.backends:type_name -> dsec.sandbox.v1.BackendInfo
-	5,  // 57: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
-	8,  // 58: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
-	10, // 59: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
-	12, // 60: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
-	14, // 61: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
-	21, // 62: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
-	24, // 63: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
-	26, // 64: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
-	30, // 65: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
-	32, // 66: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
-	34, // 67: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
-	37, // 68: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
-	39, // 69: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
-	40, // 70: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
-	42, // 71: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
-	44, // 72: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
-	46, // 73: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
-	49, // 74: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
-	51, // 75: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
-	53, // 76: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
-	55, // 77: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
-	57, // 78: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
-	59, // 79: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
-	62, // 80: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
-	64, // 81: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
-	66, // 82: dsec.sandbox.v1.SandboxService.ListBackends:input_type -> dsec.sandbox.v1.ListBackendsRequest
-	7,  // 83: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
-	9,  // 84: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
-	11, // 85: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
-	13, // 86: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
-	19, // 87: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
-	22, // 88: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
-	25, // 89: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
-	29, // 90: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
-	31, // 91: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
-	33, // 92: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
-	36, // 93: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
-	38, // 94: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
-	19, // 95: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
-	41, // 96: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
-	43, // 97: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
-	45, // 98: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
-	48, // 99: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
-	50, // 100: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
-	52, // 101: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
-	54, // 102: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
-	56, // 103: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
-	58, // 104: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
-	60, // 105: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
-	63, // 106: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
-	65, // 107: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
-	67, // 108: dsec.sandbox.v1.SandboxService.ListBackends:output_type -> dsec.sandbox.v1.ListBackendsResponse
-	83, // [83:109] is the sub-list for method output_type
-	57, // [57:83] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	4,  // 2: dsec.sandbox.v1.Sandbox.resources:type_name -> dsec.sandbox.v1.Resources
+	87, // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	87, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	88, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
+	78, // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
+	79, // 7: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
+	4,  // 8: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
+	80, // 9: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
+	88, // 10: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
+	88, // 11: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
+	7,  // 12: dsec.sandbox.v1.CreateRequest.layer_config:type_name -> dsec.sandbox.v1.LayerConfig
+	5,  // 13: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	5,  // 14: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	81, // 15: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
+	5,  // 16: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
+	82, // 17: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	83, // 18: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
+	88, // 19: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	1,  // 20: dsec.sandbox.v1.ExecRequest.sealed:type_name -> dsec.sandbox.v1.Seal
+	2,  // 21: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
+	88, // 22: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	16, // 23: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
+	17, // 24: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
+	18, // 25: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
+	19, // 26: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	87, // 27: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	21, // 28: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	24, // 29: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
+	21, // 30: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	6,  // 31: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
+	88, // 32: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
+	5,  // 33: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	28, // 34: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
+	29, // 35: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
+	88, // 36: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
+	88, // 37: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
+	5,  // 38: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	84, // 39: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	5,  // 40: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	85, // 41: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
+	3,  // 42: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
+	5,  // 43: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	87, // 44: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
+	36, // 45: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
+	19, // 46: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	88, // 47: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
+	87, // 48: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
+	18, // 49: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
+	48, // 50: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
+	21, // 51: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	21, // 52: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
+	21, // 53: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	62, // 54: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
+	88, // 55: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
+	88, // 56: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
+	69, // 57: dsec.sandbox.v1.ListBackendsResponse.backends:type_name -> dsec.sandbox.v1.BackendInfo
+	87, // 58: dsec.sandbox.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	71, // 59: dsec.sandbox.v1.ListSessionsResponse.sessions:type_name -> dsec.sandbox.v1.Session
+	86, // 60: dsec.sandbox.v1.GradeFromRequest.env:type_name -> dsec.sandbox.v1.GradeFromRequest.EnvEntry
+	88, // 61: dsec.sandbox.v1.GradeFromRequest.timeout:type_name -> google.protobuf.Duration
+	4,  // 62: dsec.sandbox.v1.GradeFromRequest.resources:type_name -> dsec.sandbox.v1.Resources
+	18, // 63: dsec.sandbox.v1.GradeFromResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
+	6,  // 64: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
+	9,  // 65: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
+	11, // 66: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
+	13, // 67: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
+	15, // 68: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
+	22, // 69: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
+	25, // 70: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
+	27, // 71: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
+	31, // 72: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
+	33, // 73: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
+	35, // 74: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
+	38, // 75: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
+	40, // 76: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
+	41, // 77: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
+	43, // 78: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
+	45, // 79: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
+	47, // 80: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
+	50, // 81: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
+	52, // 82: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
+	54, // 83: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
+	56, // 84: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
+	58, // 85: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
+	60, // 86: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
+	63, // 87: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
+	65, // 88: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
+	67, // 89: dsec.sandbox.v1.SandboxService.ListBackends:input_type -> dsec.sandbox.v1.ListBackendsRequest
+	70, // 90: dsec.sandbox.v1.SandboxService.ListSessions:input_type -> dsec.sandbox.v1.ListSessionsRequest
+	73, // 91: dsec.sandbox.v1.SandboxService.DeleteSession:input_type -> dsec.sandbox.v1.DeleteSessionRequest
+	75, // 92: dsec.sandbox.v1.SandboxService.GradeFrom:input_type -> dsec.sandbox.v1.GradeFromRequest
+	8,  // 93: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
+	10, // 94: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
+	12, // 95: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
+	14, // 96: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
+	20, // 97: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
+	23, // 98: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
+	26, // 99: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
+	30, // 100: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
+	32, // 101: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
+	34, // 102: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
+	37, // 103: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
+	39, // 104: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
+	20, // 105: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
+	42, // 106: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
+	44, // 107: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
+	46, // 108: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
+	49, // 109: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
+	51, // 110: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
+	53, // 111: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
+	55, // 112: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
+	57, // 113: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
+	59, // 114: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
+	61, // 115: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
+	64, // 116: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
+	66, // 117: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
+	68, // 118: dsec.sandbox.v1.SandboxService.ListBackends:output_type -> dsec.sandbox.v1.ListBackendsResponse
+	72, // 119: dsec.sandbox.v1.SandboxService.ListSessions:output_type -> dsec.sandbox.v1.ListSessionsResponse
+	74, // 120: dsec.sandbox.v1.SandboxService.DeleteSession:output_type -> dsec.sandbox.v1.DeleteSessionResponse
+	76, // 121: dsec.sandbox.v1.SandboxService.GradeFrom:output_type -> dsec.sandbox.v1.GradeFromResponse
+	93, // [93:122] is the sub-list for method output_type
+	64, // [64:93] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_dsec_sandbox_v1_sandbox_proto_init() }
@@ -5130,8 +5833,8 @@ func file_dsec_sandbox_v1_sandbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsec_sandbox_v1_sandbox_proto_rawDesc), len(file_dsec_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   75,
+			NumEnums:      4,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -99,6 +99,15 @@ const (
 	// SandboxServiceListBackendsProcedure is the fully-qualified name of the SandboxService's
 	// ListBackends RPC.
 	SandboxServiceListBackendsProcedure = "/dsec.sandbox.v1.SandboxService/ListBackends"
+	// SandboxServiceListSessionsProcedure is the fully-qualified name of the SandboxService's
+	// ListSessions RPC.
+	SandboxServiceListSessionsProcedure = "/dsec.sandbox.v1.SandboxService/ListSessions"
+	// SandboxServiceDeleteSessionProcedure is the fully-qualified name of the SandboxService's
+	// DeleteSession RPC.
+	SandboxServiceDeleteSessionProcedure = "/dsec.sandbox.v1.SandboxService/DeleteSession"
+	// SandboxServiceGradeFromProcedure is the fully-qualified name of the SandboxService's GradeFrom
+	// RPC.
+	SandboxServiceGradeFromProcedure = "/dsec.sandbox.v1.SandboxService/GradeFrom"
 )
 
 // SandboxServiceClient is a client for the dsec.sandbox.v1.SandboxService service.
@@ -172,6 +181,19 @@ type SandboxServiceClient interface {
 	// operation a backend lacks is FailedPrecondition naming the backend
 	// and the capability.
 	ListBackends(context.Context, *connect.Request[v1.ListBackendsRequest]) (*connect.Response[v1.ListBackendsResponse], error)
+	// ListSessions lists a sandbox's shell sessions (ExecRequest.session).
+	ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error)
+	// DeleteSession ends a session: its shell and every process it started
+	// are killed. A command running in it ends as session_lost. Deleting a
+	// session that does not exist is NotFound.
+	DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error)
+	// GradeFrom judges a sandbox's work outside its reach: a fresh sandbox
+	// is made from the sandbox's original image (or image), only the listed
+	// paths are copied into it from the sandbox (regular files and
+	// directories; symbolic links are copied as links, never followed;
+	// anything else is refused), the command runs there, and the grading
+	// sandbox is deleted. The sandbox graded is not changed.
+	GradeFrom(context.Context, *connect.Request[v1.GradeFromRequest]) (*connect.Response[v1.GradeFromResponse], error)
 }
 
 // NewSandboxServiceClient constructs a client for the dsec.sandbox.v1.SandboxService service. By
@@ -341,37 +363,58 @@ func NewSandboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sandboxServiceMethods.ByName("ListBackends")),
 			connect.WithClientOptions(opts...),
 		),
+		listSessions: connect.NewClient[v1.ListSessionsRequest, v1.ListSessionsResponse](
+			httpClient,
+			baseURL+SandboxServiceListSessionsProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ListSessions")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSession: connect.NewClient[v1.DeleteSessionRequest, v1.DeleteSessionResponse](
+			httpClient,
+			baseURL+SandboxServiceDeleteSessionProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("DeleteSession")),
+			connect.WithClientOptions(opts...),
+		),
+		gradeFrom: connect.NewClient[v1.GradeFromRequest, v1.GradeFromResponse](
+			httpClient,
+			baseURL+SandboxServiceGradeFromProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("GradeFrom")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // sandboxServiceClient implements SandboxServiceClient.
 type sandboxServiceClient struct {
-	create       *connect.Client[v1.CreateRequest, v1.CreateResponse]
-	get          *connect.Client[v1.GetRequest, v1.GetResponse]
-	list         *connect.Client[v1.ListRequest, v1.ListResponse]
-	delete       *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
-	exec         *connect.Client[v1.ExecRequest, v1.ExecResponse]
-	readFile     *connect.Client[v1.ReadFileRequest, v1.ReadFileResponse]
-	writeFile    *connect.Client[v1.WriteFileRequest, v1.WriteFileResponse]
-	batchCreate  *connect.Client[v1.BatchCreateRequest, v1.BatchCreateResponse]
-	setTimeout   *connect.Client[v1.SetTimeoutRequest, v1.SetTimeoutResponse]
-	updateLabels *connect.Client[v1.UpdateLabelsRequest, v1.UpdateLabelsResponse]
-	watch        *connect.Client[v1.WatchRequest, v1.WatchResponse]
-	stats        *connect.Client[v1.StatsRequest, v1.StatsResponse]
-	attach       *connect.Client[v1.AttachRequest, v1.ExecResponse]
-	writeStdin   *connect.Client[v1.WriteStdinRequest, v1.WriteStdinResponse]
-	signal       *connect.Client[v1.SignalRequest, v1.SignalResponse]
-	resizeTTY    *connect.Client[v1.ResizeTTYRequest, v1.ResizeTTYResponse]
-	listExecs    *connect.Client[v1.ListExecsRequest, v1.ListExecsResponse]
-	stat         *connect.Client[v1.StatRequest, v1.StatResponse]
-	listDir      *connect.Client[v1.ListDirRequest, v1.ListDirResponse]
-	makeDir      *connect.Client[v1.MakeDirRequest, v1.MakeDirResponse]
-	remove       *connect.Client[v1.RemoveRequest, v1.RemoveResponse]
-	rename       *connect.Client[v1.RenameRequest, v1.RenameResponse]
-	downloadTar  *connect.Client[v1.DownloadTarRequest, v1.DownloadTarResponse]
-	uploadTar    *connect.Client[v1.UploadTarRequest, v1.UploadTarResponse]
-	packDiff     *connect.Client[v1.PackDiffRequest, v1.PackDiffResponse]
-	listBackends *connect.Client[v1.ListBackendsRequest, v1.ListBackendsResponse]
+	create        *connect.Client[v1.CreateRequest, v1.CreateResponse]
+	get           *connect.Client[v1.GetRequest, v1.GetResponse]
+	list          *connect.Client[v1.ListRequest, v1.ListResponse]
+	delete        *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	exec          *connect.Client[v1.ExecRequest, v1.ExecResponse]
+	readFile      *connect.Client[v1.ReadFileRequest, v1.ReadFileResponse]
+	writeFile     *connect.Client[v1.WriteFileRequest, v1.WriteFileResponse]
+	batchCreate   *connect.Client[v1.BatchCreateRequest, v1.BatchCreateResponse]
+	setTimeout    *connect.Client[v1.SetTimeoutRequest, v1.SetTimeoutResponse]
+	updateLabels  *connect.Client[v1.UpdateLabelsRequest, v1.UpdateLabelsResponse]
+	watch         *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	stats         *connect.Client[v1.StatsRequest, v1.StatsResponse]
+	attach        *connect.Client[v1.AttachRequest, v1.ExecResponse]
+	writeStdin    *connect.Client[v1.WriteStdinRequest, v1.WriteStdinResponse]
+	signal        *connect.Client[v1.SignalRequest, v1.SignalResponse]
+	resizeTTY     *connect.Client[v1.ResizeTTYRequest, v1.ResizeTTYResponse]
+	listExecs     *connect.Client[v1.ListExecsRequest, v1.ListExecsResponse]
+	stat          *connect.Client[v1.StatRequest, v1.StatResponse]
+	listDir       *connect.Client[v1.ListDirRequest, v1.ListDirResponse]
+	makeDir       *connect.Client[v1.MakeDirRequest, v1.MakeDirResponse]
+	remove        *connect.Client[v1.RemoveRequest, v1.RemoveResponse]
+	rename        *connect.Client[v1.RenameRequest, v1.RenameResponse]
+	downloadTar   *connect.Client[v1.DownloadTarRequest, v1.DownloadTarResponse]
+	uploadTar     *connect.Client[v1.UploadTarRequest, v1.UploadTarResponse]
+	packDiff      *connect.Client[v1.PackDiffRequest, v1.PackDiffResponse]
+	listBackends  *connect.Client[v1.ListBackendsRequest, v1.ListBackendsResponse]
+	listSessions  *connect.Client[v1.ListSessionsRequest, v1.ListSessionsResponse]
+	deleteSession *connect.Client[v1.DeleteSessionRequest, v1.DeleteSessionResponse]
+	gradeFrom     *connect.Client[v1.GradeFromRequest, v1.GradeFromResponse]
 }
 
 // Create calls dsec.sandbox.v1.SandboxService.Create.
@@ -504,6 +547,21 @@ func (c *sandboxServiceClient) ListBackends(ctx context.Context, req *connect.Re
 	return c.listBackends.CallUnary(ctx, req)
 }
 
+// ListSessions calls dsec.sandbox.v1.SandboxService.ListSessions.
+func (c *sandboxServiceClient) ListSessions(ctx context.Context, req *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error) {
+	return c.listSessions.CallUnary(ctx, req)
+}
+
+// DeleteSession calls dsec.sandbox.v1.SandboxService.DeleteSession.
+func (c *sandboxServiceClient) DeleteSession(ctx context.Context, req *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error) {
+	return c.deleteSession.CallUnary(ctx, req)
+}
+
+// GradeFrom calls dsec.sandbox.v1.SandboxService.GradeFrom.
+func (c *sandboxServiceClient) GradeFrom(ctx context.Context, req *connect.Request[v1.GradeFromRequest]) (*connect.Response[v1.GradeFromResponse], error) {
+	return c.gradeFrom.CallUnary(ctx, req)
+}
+
 // SandboxServiceHandler is an implementation of the dsec.sandbox.v1.SandboxService service.
 type SandboxServiceHandler interface {
 	// Create starts a sandbox from an image and returns once it runs.
@@ -575,6 +633,19 @@ type SandboxServiceHandler interface {
 	// operation a backend lacks is FailedPrecondition naming the backend
 	// and the capability.
 	ListBackends(context.Context, *connect.Request[v1.ListBackendsRequest]) (*connect.Response[v1.ListBackendsResponse], error)
+	// ListSessions lists a sandbox's shell sessions (ExecRequest.session).
+	ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error)
+	// DeleteSession ends a session: its shell and every process it started
+	// are killed. A command running in it ends as session_lost. Deleting a
+	// session that does not exist is NotFound.
+	DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error)
+	// GradeFrom judges a sandbox's work outside its reach: a fresh sandbox
+	// is made from the sandbox's original image (or image), only the listed
+	// paths are copied into it from the sandbox (regular files and
+	// directories; symbolic links are copied as links, never followed;
+	// anything else is refused), the command runs there, and the grading
+	// sandbox is deleted. The sandbox graded is not changed.
+	GradeFrom(context.Context, *connect.Request[v1.GradeFromRequest]) (*connect.Response[v1.GradeFromResponse], error)
 }
 
 // NewSandboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -740,6 +811,24 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sandboxServiceMethods.ByName("ListBackends")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxServiceListSessionsHandler := connect.NewUnaryHandler(
+		SandboxServiceListSessionsProcedure,
+		svc.ListSessions,
+		connect.WithSchema(sandboxServiceMethods.ByName("ListSessions")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceDeleteSessionHandler := connect.NewUnaryHandler(
+		SandboxServiceDeleteSessionProcedure,
+		svc.DeleteSession,
+		connect.WithSchema(sandboxServiceMethods.ByName("DeleteSession")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceGradeFromHandler := connect.NewUnaryHandler(
+		SandboxServiceGradeFromProcedure,
+		svc.GradeFrom,
+		connect.WithSchema(sandboxServiceMethods.ByName("GradeFrom")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/dsec.sandbox.v1.SandboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxServiceCreateProcedure:
@@ -794,6 +883,12 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 			sandboxServicePackDiffHandler.ServeHTTP(w, r)
 		case SandboxServiceListBackendsProcedure:
 			sandboxServiceListBackendsHandler.ServeHTTP(w, r)
+		case SandboxServiceListSessionsProcedure:
+			sandboxServiceListSessionsHandler.ServeHTTP(w, r)
+		case SandboxServiceDeleteSessionProcedure:
+			sandboxServiceDeleteSessionHandler.ServeHTTP(w, r)
+		case SandboxServiceGradeFromProcedure:
+			sandboxServiceGradeFromHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -905,4 +1000,16 @@ func (UnimplementedSandboxServiceHandler) PackDiff(context.Context, *connect.Req
 
 func (UnimplementedSandboxServiceHandler) ListBackends(context.Context, *connect.Request[v1.ListBackendsRequest]) (*connect.Response[v1.ListBackendsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.ListBackends is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.ListSessions is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.DeleteSession is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) GradeFrom(context.Context, *connect.Request[v1.GradeFromRequest]) (*connect.Response[v1.GradeFromResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.GradeFrom is not implemented"))
 }
