@@ -43,7 +43,12 @@ import (
 //	   applies settings that change live; SandboxInfo.driver and .lazy;
 //	   CreateRequest.driver; POST /v1/shutdown?handoff=1 hands the fd
 //	   vault to the keeper that replaces this one (vault_linux.go).
-const Protocol = 3
+//	4: shell sessions (ExecSpec.Session, .SessionShell; ExitStatus and
+//	   ExecInfo's session fields; GET and DELETE /v1/sessions) and sealed
+//	   execs (ExecSpec.Seal, ExitStatus.Sealed). A client sends them only
+//	   to a keeper of protocol 4 or later: an older one would ignore them
+//	   and run the command unsealed, outside any session.
+const Protocol = 4
 
 // MinProtocol is the oldest client protocol a keeper of this package serves.
 const MinProtocol = 2
@@ -194,6 +199,13 @@ type ExecSpec struct {
 	Timeout time.Duration `json:"Timeout"`
 	// OutputLimit caps each output stream; 0 is the keeper's default.
 	OutputLimit int64 `json:"OutputLimit"`
+	// Session runs the command line Argv[0] in the sandbox's shell session
+	// of this name (protocol 4); SessionShell is a new session's shell.
+	Session      string `json:"Session,omitempty"`
+	SessionShell string `json:"SessionShell,omitempty"`
+	// Seal: 1 freezes, 2 kills the sandbox's other processes while the
+	// command runs sealed (protocol 4; sandbox.Seal).
+	Seal int `json:"Seal,omitempty"`
 }
 
 // ExecRequest starts a command.
@@ -234,9 +246,25 @@ type ExitStatus struct {
 	StdoutTruncated bool `json:"StdoutTruncated"`
 	StderrTruncated bool `json:"StderrTruncated"`
 	// Lost: no keeper saw the end (a keeper restarted while it ran).
-	Lost    bool      `json:"Lost"`
-	Started time.Time `json:"Started"`
-	Ended   time.Time `json:"Ended"`
+	Lost bool `json:"Lost"`
+	// Sealed, SessionLost, SessionRestarted: sandbox.ExitStatus's
+	// (protocol 4).
+	Sealed           bool      `json:"Sealed,omitempty"`
+	SessionLost      bool      `json:"SessionLost,omitempty"`
+	SessionRestarted bool      `json:"SessionRestarted,omitempty"`
+	Started          time.Time `json:"Started"`
+	Ended            time.Time `json:"Ended"`
+}
+
+// SessionInfo is one shell session of a sandbox (protocol 4: GET
+// /v1/sessions?sandbox=ID lists them as {"sessions": [...]}, DELETE
+// /v1/sessions?sandbox=ID&name=NAME ends one).
+type SessionInfo struct {
+	Name        string    `json:"name"`
+	Shell       string    `json:"shell"`
+	Created     time.Time `json:"created"`
+	Commands    int64     `json:"commands"`
+	RunningExec string    `json:"running_exec,omitempty"`
 }
 
 // ExitRecord is written once an exec has ended and its output is on disk
@@ -258,6 +286,9 @@ type ExecInfo struct {
 	Exit        *ExitStatus `json:"Exit"`
 	StdoutBytes int64       `json:"StdoutBytes"`
 	StderrBytes int64       `json:"StderrBytes"`
+	// Session it ran in; Sealed if it ran sealed (protocol 4).
+	Session string `json:"Session,omitempty"`
+	Sealed  bool   `json:"Sealed,omitempty"`
 }
 
 // journalEntry is an exec's spec.json: what ListExecs reports of it.

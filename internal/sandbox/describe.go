@@ -51,6 +51,7 @@ const (
 	CapNetwork  Capability = "network"  // NetworkAttacher
 	CapPack     Capability = "pack"     // Packer
 	CapEvents   Capability = "events"   // EventSource
+	CapSessions Capability = "sessions" // Sessioner: named shell sessions (ExecSpec.Session)
 
 	CapMemoryLimit Capability = "memory-limit" // memory limits enforced, OOM kills reported
 	CapPidsLimit   Capability = "pids-limit"   // a limit on processes enforced
@@ -65,7 +66,7 @@ const (
 // the features it declares, in the order of the constants above.
 func Capabilities(b Backend) []Capability {
 	var out []Capability
-	for _, c := range []Capability{CapPause, CapSnapshot, CapNetwork, CapPack, CapEvents} {
+	for _, c := range []Capability{CapPause, CapSnapshot, CapNetwork, CapPack, CapEvents, CapSessions} {
 		if implements(b, c) {
 			out = append(out, c)
 		}
@@ -95,6 +96,8 @@ func implements(b Backend, c Capability) bool {
 		_, ok = b.(Packer)
 	case CapEvents:
 		_, ok = b.(EventSource)
+	case CapSessions:
+		_, ok = b.(Sessioner)
 	}
 	return ok
 }

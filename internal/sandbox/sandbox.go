@@ -117,6 +117,17 @@ type EventSource interface {
 	Events(ctx context.Context, cursor string) ([]Event, string, error)
 }
 
+// Sessioner is the optional capability of named shell sessions: an exec
+// whose ExecSpec.Session is set runs its one command line (Argv[0]) in the
+// sandbox's long-lived shell of that name, made on first use, so that cwd,
+// environment, functions and background jobs carry from one command to the
+// next. ListSessions lists them by name; DeleteSession kills a session's
+// shell and every process it started (ErrNotFound for an unknown name).
+type Sessioner interface {
+	ListSessions(ctx context.Context, id string) ([]SessionInfo, error)
+	DeleteSession(ctx context.Context, id, name string) error
+}
+
 // Pauser is the optional capability of pausing a sandbox: its processes
 // stop and its memory is given back to the node (reclaimed or swapped out)
 // while its state stays; Resume makes it run on where it was. Both are

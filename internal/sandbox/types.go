@@ -159,6 +159,38 @@ type ExecSpec struct {
 	Timeout time.Duration
 	// OutputLimit caps each output stream; zero means the backend's default.
 	OutputLimit int64
+	// Session, when set, runs the command line Argv[0] (Argv has exactly
+	// one element) in the sandbox's shell session of this name (Sessioner);
+	// SessionShell is the shell of a new session ("": /bin/bash when the
+	// image has it, else /bin/sh).
+	Session      string
+	SessionShell string
+	// Seal runs the command sealed (backends with CapSealedExec).
+	Seal Seal
+}
+
+// Seal says how an exec is sealed from the rest of its sandbox: while it
+// runs every other process of the sandbox is frozen (SealFreeze) or killed
+// (SealKill), it runs in the sandbox's mount and pid view as recorded at
+// create with the platform's tools first on PATH (/.dsec/bin) and the
+// image's layers read-only at /.dsec/image, and nothing of the sandbox can
+// ptrace or signal it.
+type Seal int
+
+const (
+	SealNone Seal = iota
+	SealFreeze
+	SealKill
+)
+
+// SessionInfo is one shell session of a sandbox.
+type SessionInfo struct {
+	Name    string
+	Shell   string
+	Created time.Time
+	// Commands run in it so far; RunningExec is the one running now.
+	Commands    int64
+	RunningExec string
 }
 
 // ExitStatus is how a command ended.
@@ -173,8 +205,17 @@ type ExitStatus struct {
 	StderrTruncated bool
 	// Lost: the end was not observed (the node keeper restarted while the
 	// command ran).
-	Lost           bool
-	Started, Ended time.Time
+	Lost bool
+	// Sealed: the command ran sealed (ExecSpec.Seal).
+	Sealed bool
+	// SessionLost: the command's session shell ended (a timeout's grace
+	// passed, the command ended the shell, the session was deleted, or the
+	// keeper restarted); the next command gets a new shell.
+	// SessionRestarted: the command ran in a new shell that replaced a lost
+	// one, without the state earlier commands had set.
+	SessionLost      bool
+	SessionRestarted bool
+	Started, Ended   time.Time
 }
 
 // ExecInfo is one entry of a sandbox's command journal.
@@ -188,6 +229,9 @@ type ExecInfo struct {
 	Exit        *ExitStatus
 	StdoutBytes int64
 	StderrBytes int64
+	// Session it ran in, if any; Sealed if it ran sealed.
+	Session string
+	Sealed  bool
 }
 
 // Stats is what a sandbox uses.
