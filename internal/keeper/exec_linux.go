@@ -49,6 +49,9 @@ const stdinWriteTimeout = 30 * time.Second
 
 func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	spec := req.Spec
+	if spec.Session != "" {
+		return k.startSessionExec(ctx, req)
+	}
 	tm := newPhases("exec")
 	defer func() { k.log.Debug("exec start phases", "exec", spec.ID, "ms", tm.String()) }()
 	if !execIDRe.MatchString(spec.ID) {
@@ -476,7 +479,7 @@ func (k *Keeper) listExecs(id string) ([]ExecInfo, error) {
 		if json.Unmarshal(raw, &j) != nil {
 			continue
 		}
-		info := ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started}
+		info := ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started, Session: j.Session}
 		b.mu.Lock()
 		p := b.execs[j.ID]
 		b.mu.Unlock()
