@@ -59,9 +59,11 @@ type session struct {
 	uid     uint32
 	gid     uint32
 	pid     int
-	stdin   *os.File      // the shell's command pipe
-	exited  chan struct{} // closed once the shell has ended
-	pumped  chan struct{} // closed once both output pipes reached EOF
+	// startTime is the shell's start time (ProcStartTime).
+	startTime uint64
+	stdin     *os.File      // the shell's command pipe
+	exited    chan struct{} // closed once the shell has ended
+	pumped    chan struct{} // closed once both output pipes reached EOF
 
 	mu sync.Mutex
 	// guarded by mu
@@ -203,6 +205,10 @@ type sessionRecord struct {
 	Shell    string    `json:"shell"`
 	Created  time.Time `json:"created"`
 	Commands int64     `json:"commands"`
+	// Pid and StartTime name the shell's host process, which a later
+	// keeper kills with what it started.
+	Pid       int    `json:"pid,omitempty"`
+	StartTime uint64 `json:"start_time,omitempty"`
 }
 
 func (k *Keeper) sessionPath(id, name string) string {
@@ -266,6 +272,9 @@ func (k *Keeper) startSessionExec(ctx context.Context, req ExecRequest) error {
 		fresh = true
 		_, statErr := os.Stat(k.sessionPath(req.Sandbox, spec.Session))
 		restarted = s != nil || statErr == nil
+		if s == nil && statErr == nil {
+			k.killStaleShell(req.Sandbox, spec.Session)
+		}
 		if s, err = k.startShell(ctx, b, req.Sandbox, spec); err != nil {
 			return err
 		}
@@ -408,7 +417,9 @@ func (k *Keeper) startShell(ctx context.Context, b *box, id string, spec ExecSpe
 		s.stdin.Close()
 		close(s.exited)
 	}()
-	rec := sessionRecord{Name: s.name, Shell: shell, Created: s.created.UTC()}
+	st, _ := ProcStartTime(pid)
+	s.startTime = st
+	rec := sessionRecord{Name: s.name, Shell: shell, Created: s.created.UTC(), Pid: pid, StartTime: st}
 	if err := os.MkdirAll(filepath.Dir(k.sessionPath(id, s.name)), 0o700); err == nil {
 		if err := writeJSON(k.sessionPath(id, s.name), rec); err != nil {
 			k.log.Warn("write session record", "sandbox", id, "session", s.name, "err", err)
@@ -510,7 +521,7 @@ func (k *Keeper) awaitSessionCmd(id string, spec ExecSpec, b *box, s *session, c
 		k.log.Warn("write exit record", "sandbox", id, "exec", spec.ID, "err", err)
 	}
 	if !deleted {
-		r := sessionRecord{Name: s.name, Shell: s.shell, Created: s.created.UTC(), Commands: commands}
+		r := sessionRecord{Name: s.name, Shell: s.shell, Created: s.created.UTC(), Commands: commands, Pid: s.pid, StartTime: s.startTime}
 		if err := writeJSON(k.sessionPath(id, s.name), r); err != nil && !errors.Is(err, os.ErrNotExist) {
 			k.log.Debug("write session record", "sandbox", id, "session", s.name, "err", err)
 		}
@@ -519,6 +530,28 @@ func (k *Keeper) awaitSessionCmd(id string, spec ExecSpec, b *box, s *session, c
 	p.rec = rec
 	p.mu.Unlock()
 	close(p.done)
+}
+
+// killStaleShell kills the shell of a session an earlier keeper ran, and
+// what it started, if it still runs (busy in a command when that keeper's
+// end closed its input).
+func (k *Keeper) killStaleShell(id, name string) {
+	raw, err := os.ReadFile(k.sessionPath(id, name))
+	if err != nil {
+		return
+	}
+	var r sessionRecord
+	if json.Unmarshal(raw, &r) != nil || r.Pid <= 1 || r.StartTime == 0 {
+		return
+	}
+	if st, err := ProcStartTime(r.Pid); err != nil || st != r.StartTime {
+		return
+	}
+	for _, pid := range descendants(r.Pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-r.Pid, syscall.SIGKILL)
+	_ = syscall.Kill(r.Pid, syscall.SIGKILL)
 }
 
 // killSession kills a session's shell and every process it started: its

@@ -119,7 +119,7 @@ func TestSessions(t *testing.T) {
 	if err != nil || !st.SessionLost {
 		t.Errorf("the command of a deleted session = %+v, %v; want session lost", st, err)
 	}
-	if r, _ := sandboxtest.ExecErr(ctx, b, id, sandbox.ExecSpec{Argv: []string{"/bin/sh", "-c", "kill -0 $(cat /tmp/sid) 2>/dev/null && echo alive || echo gone"}}); r.Stdout != "gone\n" {
+	if r, _ := sandboxtest.ExecErr(ctx, b, id, sandbox.ExecSpec{Argv: []string{"/bin/sh", "-c", "grep -q '^State:.*[RSD]' /proc/$(cat /tmp/sid)/status 2>/dev/null && echo alive || echo gone"}}); r.Stdout != "gone\n" {
 		t.Errorf("the setsid process of a deleted session: %q, want gone", r.Stdout)
 	}
 	if err := b.DeleteSession(ctx, id, "del"); !errdefs.Is(err, errdefs.ErrNotFound) {
@@ -135,8 +135,12 @@ func TestSessions(t *testing.T) {
 		}
 	}
 
-	// A keeper restart loses the shells; the next command says so.
+	// A keeper restart loses the shells; the running command ends lost,
+	// the next command says so.
 	run(b, "kept", "cd /tmp", nil)
+	if err := b.StartExec(ctx, id, sandbox.ExecSpec{ID: "kept-running", Argv: []string{"echo $$ > /tmp/kept-shell; sleep 300"}, Session: "kept"}); err != nil {
+		t.Fatal(err)
+	}
 	v, _ := b.Keeper().Version(ctx)
 	if err := b.Keeper().Shutdown(ctx, false); err != nil {
 		t.Fatalf("keeper shutdown = %v", err)
@@ -145,9 +149,15 @@ func TestSessions(t *testing.T) {
 	b.Close()
 	b2 := n.open(t)
 	defer b2.Close()
+	if st, err := b2.WaitExec(ctx, id, "kept-running"); err != nil || !st.Lost || !st.SessionLost {
+		t.Errorf("a session command across a keeper restart = %+v, %v; want lost, session lost", st, err)
+	}
 	r = run(b2, "kept", "pwd", nil)
 	if !r.SessionRestarted || r.Stdout != "/\n" {
 		t.Errorf("a session after a keeper restart = %+v, want restarted", r)
+	}
+	if r, _ := sandboxtest.ExecErr(ctx, b2, id, sandbox.ExecSpec{Argv: []string{"/bin/sh", "-c", "sleep 0.2; grep -q '^State:.*[RSD]' /proc/$(cat /tmp/kept-shell)/status 2>/dev/null && echo alive || echo gone"}}); r.Stdout != "gone\n" {
+		t.Errorf("the shell an earlier keeper ran: %q, want gone", r.Stdout)
 	}
 	if err := b2.Delete(ctx, id); err != nil {
 		t.Errorf("Delete = %v", err)
