@@ -127,4 +127,54 @@ func TestSessionsAcrossUpRestart(t *testing.T) {
 	if err := p.Client(t, key).Delete(ctx, sb.ID); err != nil {
 		t.Error(err)
 	}
+
+	// The idle TTL: an open, idle session is not activity; a running
+	// session command is.
+	idle, err := p.Client(t, key).Create(ctx, dsec.CreateOptions{Image: "busybox", Memory: 64 << 20, IdleTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := p.Client(t, key).Create(ctx, dsec.CreateOptions{Image: "busybox", Memory: 64 << 20, IdleTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := sessionExec(ctx, t, c, key, idle.ID, "s", "cd /tmp", 0); err != nil || r.exit.GetExitCode() != 0 {
+		t.Fatalf("session command = %+v, %v", r, err)
+	}
+	dx := connect.NewRequest(&sandboxv1.ExecRequest{SandboxId: busy.ID, Shell: "sleep 8", Session: "s", Detach: true})
+	dx.Header().Set("Authorization", "Bearer "+key)
+	if s, err := c.Exec(ctx, dx); err != nil {
+		t.Fatal(err)
+	} else {
+		for s.Receive() {
+		}
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	// Polled with List, which is not use of a sandbox (Get is).
+	gone := func(id string) bool {
+		sbs, err := p.Client(t, key).List(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range sbs {
+			if sb.ID == id {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(6 * time.Second)
+	for !gone(idle.ID) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !gone(idle.ID) {
+		t.Errorf("a sandbox with an idle open session outlived its idle TTL")
+	}
+	if gone(busy.ID) {
+		t.Errorf("a sandbox running a session command was reaped as idle")
+	}
+	_ = p.Client(t, key).Delete(ctx, busy.ID)
 }
