@@ -227,6 +227,8 @@ func (k *Keeper) startSessionExec(ctx context.Context, req ExecRequest) error {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "a session command is one shell command line")
 	case spec.TTY:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "a session command runs without a terminal: drop tty")
+	case spec.Seal != 0:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "a sealed command runs alone, not in a session: drop session or sealed")
 	case spec.StdinOpen:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "a session command's stdin is given whole: drop stdin_open")
 	case bytes.IndexByte(spec.Stdin, 0) >= 0:

@@ -3,6 +3,8 @@ package keeper
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -192,4 +194,39 @@ func testSessionsConcurrent(t *testing.T, c *Client, id string) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestSessionFeedSplits feeds a shell's output to a command split at every
+// point: the output is the same and the marker is found once, whatever the
+// chunks, and text that only looks like the marker is output.
+func TestSessionFeedSplits(t *testing.T) {
+	const m = "__dsec_end_abc:"
+	in := "out __dsec_end_ab __dsec_end_abd:1\n__dsec_end_" + m + "42\nlater"
+	want := "out __dsec_end_ab __dsec_end_abd:1\n__dsec_end_"
+	for split := 0; split <= len(in); split++ {
+		dir := t.TempDir()
+		var outs [2]*os.File
+		for i := range outs {
+			f, err := os.Create(filepath.Join(dir, fmt.Sprint(i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			outs[i] = f
+		}
+		c := &sessionCmd{id: "x", marker: []byte(m), outs: outs, limit: 1 << 20, take: func(n int64) int64 { return n }, finished: make(chan struct{})}
+		s := &session{cur: c}
+		s.feed(0, []byte(in[:split]))
+		s.feed(0, []byte(in[split:]))
+		s.feed(1, []byte(m+"\n"))
+		got, _ := os.ReadFile(filepath.Join(dir, "0"))
+		select {
+		case <-c.finished:
+		default:
+			t.Fatalf("split %d: no end found", split)
+		}
+		if string(got) != want || c.status != 42 {
+			t.Fatalf("split %d: output %q status %d; want %q, 42", split, got, c.status, want)
+		}
+	}
 }
