@@ -663,6 +663,9 @@ func (k *Keeper) listSessions(id string) ([]SessionInfo, error) {
 
 // deleteSession kills a session's shell tree and forgets the session.
 func (k *Keeper) deleteSession(id, name string) error {
+	if !execIDRe.MatchString(name) {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "session name %q: use 1-64 of [a-zA-Z0-9_.-]", name)
+	}
 	b, err := k.lookup(id)
 	if err != nil {
 		return err
@@ -675,7 +678,7 @@ func (k *Keeper) deleteSession(id, name string) error {
 	b.mu.Unlock()
 	path := k.sessionPath(id, name)
 	_, statErr := os.Stat(path)
-	if s == nil && (statErr != nil || !execIDRe.MatchString(name)) {
+	if s == nil && statErr != nil {
 		return errdefs.Newf(errdefs.ErrNotFound, "session %s not found in sandbox %s (list them with `dsec session ls %s`)", name, id, id)
 	}
 	if s != nil {
