@@ -84,6 +84,46 @@ func TestSessionsAcrossUpRestart(t *testing.T) {
 		}
 	}
 
+	// A detached session command, attached to from an offset.
+	dreq0 := connect.NewRequest(&sandboxv1.ExecRequest{SandboxId: sb.ID, Shell: "echo attach-me; sleep 0.5; echo done >&2", Session: "main", Detach: true})
+	dreq0.Header().Set("Authorization", "Bearer "+key)
+	ds, err := c.Exec(ctx, dreq0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var detached string
+	for ds.Receive() {
+		if st := ds.Msg().GetStarted(); st != nil {
+			detached = st.GetExecId()
+		}
+	}
+	ds.Close()
+	areq := connect.NewRequest(&sandboxv1.AttachRequest{SandboxId: sb.ID, ExecId: detached, StdoutOffset: 3})
+	areq.Header().Set("Authorization", "Bearer "+key)
+	as, err := c.Attach(ctx, areq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aout, aerr string
+	var aexit *sandboxv1.ExecExit
+	for as.Receive() {
+		ev := as.Msg()
+		if o := ev.GetOutput(); o != nil {
+			if o.GetStream() == sandboxv1.Stream_STREAM_STDOUT {
+				aout += string(o.GetData())
+			} else {
+				aerr += string(o.GetData())
+			}
+		}
+		if x := ev.GetExit(); x != nil {
+			aexit = x
+		}
+	}
+	as.Close()
+	if aout != "ach-me\n" || aerr != "done\n" || aexit == nil || aexit.GetExitCode() != 0 {
+		t.Errorf("Attach(stdout from 3) to a session command = %q, %q, %v; want ach-me, done, exit 0", aout, aerr, aexit)
+	}
+
 	p.Stop(t)
 	p.Start(t)
 
