@@ -68,6 +68,16 @@ func testSessionCases(t *testing.T, c *Client, id, name string, run func(string,
 	if st.Code != 0 || out != "__dsec_end_0123:0\n__dsec_end_" || errOut != "x" {
 		t.Errorf("marker-like output = %+v, %q, %q", st, out, errOut)
 	}
+	// A command line longer than a pipe's buffer; output past the cap.
+	long := strings.Repeat("y", 300<<10)
+	st, out, _ = run("x="+long+"; echo ${#x}", nil)
+	if st.Code != 0 || out != fmt.Sprintf("%d\n", len(long)) {
+		t.Errorf("a 300 KiB command line = %+v, %q", st, out)
+	}
+	st, out, _ = run("i=0; while [ $i -lt 2000 ]; do echo 0123456789; i=$((i+1)); done; echo tail", func(s *ExecSpec) { s.OutputLimit = 100 })
+	if st.Code != 0 || !st.StdoutTruncated || len(out) != 100 {
+		t.Errorf("output past the cap = %+v, %d bytes; want truncated at 100", st, len(out))
+	}
 	// stdin: empty unless given; a command reading it cannot eat the next.
 	st, out, _ = run("cat; read x; echo read=$?", nil)
 	if st.Code != 0 || out != "read=1\n" {
