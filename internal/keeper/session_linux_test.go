@@ -1,6 +1,7 @@
 package keeper
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -239,4 +240,44 @@ func TestSessionFeedSplits(t *testing.T) {
 			t.Fatalf("split %d: output %q status %d; want %q, 42", split, got, c.status, want)
 		}
 	}
+}
+
+// FuzzSessionFeed feeds a command's output (what the sandbox writes, so
+// anything) in two chunks, then the end marker: the command's output is
+// exactly what it wrote, and the end is found once.
+func FuzzSessionFeed(f *testing.F) {
+	f.Add([]byte("plain\n"), 3)
+	f.Add([]byte("__dsec_end_"), 5)
+	f.Add([]byte("__dsec_end_0:1\n__dsec_end_"), 11)
+	const m = "__dsec_end_5f3a:"
+	f.Fuzz(func(t *testing.T, data []byte, split int) {
+		if bytes.Contains(data, []byte(m)) {
+			t.Skip() // the nonce, which the sandbox does not know
+		}
+		split = min(max(split, 0), len(data))
+		dir := t.TempDir()
+		var outs [2]*os.File
+		for i := range outs {
+			f, err := os.Create(filepath.Join(dir, fmt.Sprint(i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			outs[i] = f
+		}
+		c := &sessionCmd{id: "x", marker: []byte(m), outs: outs, limit: 1 << 20, take: func(n int64) int64 { return n }, finished: make(chan struct{})}
+		s := &session{cur: c}
+		s.feed(0, data[:split])
+		s.feed(0, append(append([]byte{}, data[split:]...), m+"7\n"...))
+		s.feed(1, []byte(m+"\n"))
+		select {
+		case <-c.finished:
+		default:
+			t.Fatalf("no end found after %q", data)
+		}
+		got, _ := os.ReadFile(filepath.Join(dir, "0"))
+		if !bytes.Equal(got, data) || c.status != 7 {
+			t.Fatalf("output %q status %d; want %q, 7", got, c.status, data)
+		}
+	})
 }
