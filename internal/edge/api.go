@@ -134,6 +134,7 @@ func (a *sandboxAPI) Exec(ctx context.Context, req *connect.Request[sandboxv1.Ex
 		StdinOpen: m.GetStdinOpen(), TTY: m.GetTty(), Rows: uint16(m.GetRows()), Cols: uint16(m.GetCols()),
 		OutputLimit: m.GetOutputLimit(), Detach: m.GetDetach(),
 	}
+	p.Session, p.SessionShell = m.GetSession(), m.GetSessionShell()
 	return a.e.Exec(ctx, callerOf(req.Header()), p, func(ev ExecEvent) error {
 		return stream.Send(execEventProto(ev))
 	})
@@ -158,6 +159,7 @@ func exitProto(x *sandbox.ExitStatus) *sandboxv1.ExecExit {
 		ExitCode: int32(x.Code), Signal: int32(x.Signal), TimedOut: x.TimedOut, OomKilled: x.OOMKilled,
 		StdoutTruncated: x.StdoutTruncated, StderrTruncated: x.StderrTruncated, Lost: x.Lost,
 	}
+	out.SessionLost, out.SessionRestarted = x.SessionLost, x.SessionRestarted
 	if !x.Ended.IsZero() && !x.Started.IsZero() {
 		out.Duration = durationpb.New(x.Ended.Sub(x.Started))
 	}

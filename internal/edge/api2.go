@@ -130,6 +130,7 @@ func (a *sandboxAPI) ListExecs(ctx context.Context, req *connect.Request[sandbox
 			ExecId: x.ID, Argv: x.Argv, Tty: x.TTY, StartedAt: timestamppb.New(x.Started), Running: x.Running,
 			StdoutBytes: x.StdoutBytes, StderrBytes: x.StderrBytes,
 		}
+		pi.Session = x.Session
 		if x.Exit != nil {
 			pi.Exit = exitProto(x.Exit)
 		}

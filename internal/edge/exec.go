@@ -30,6 +30,10 @@ type ExecParams struct {
 	OutputLimit int64
 	// Detach returns after the started event.
 	Detach bool
+	// Session runs Shell in the sandbox's shell session of this name;
+	// SessionShell is a new session's shell.
+	Session      string
+	SessionShell string
 }
 
 // ExecEvent is one event of an exec stream; exactly one field is set.
@@ -69,6 +73,14 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 	}
 	argv := p.Argv
 	switch {
+	case p.Session != "" && (len(argv) > 0 || p.Shell == ""):
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "a session command is a shell command line: give shell, not argv")
+	case p.Session != "" && (p.TTY || p.StdinOpen):
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "a session command runs without a terminal and takes its stdin whole: drop tty and stdin_open")
+	case p.Session != "":
+		argv = []string{p.Shell}
+	case p.SessionShell != "":
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "session_shell needs session")
 	case len(argv) > 0 && p.Shell != "":
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec takes argv or a shell command, not both")
 	case p.Shell != "":
@@ -93,6 +105,11 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 	}
 	if p.TTY {
 		if err := sandbox.Check(be, sandbox.CapTTY); err != nil {
+			return err
+		}
+	}
+	if p.Session != "" {
+		if err := sandbox.Check(be, sandbox.CapSessions); err != nil {
 			return err
 		}
 	}
@@ -130,6 +147,7 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 		Cols:        p.Cols,
 		OutputLimit: p.OutputLimit,
 	}
+	spec.Session, spec.SessionShell = p.Session, p.SessionShell
 	if p.TTY {
 		spec.Env = append(spec.Env, "TERM=xterm-256color")
 	}

@@ -661,6 +661,22 @@ func TestBackendsAndLackedCapabilities(t *testing.T) {
 	if !errdefs.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "fake backend has no tty") {
 		t.Errorf("TTY exec on a backend without tty = %v, want FailedPrecondition naming fake and tty", err)
 	}
+	err = e.Exec(ctx, admin, ExecParams{Sandbox: r.ID, Shell: "cd /tmp", Session: "main"}, func(ExecEvent) error { return nil })
+	if !errdefs.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "fake backend has no sessions") {
+		t.Errorf("session exec on a backend without sessions = %v, want FailedPrecondition naming fake and sessions", err)
+	}
+	if _, err := e.ListSessions(ctx, admin, r.ID); !errdefs.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("ListSessions on a backend without sessions = %v, want FailedPrecondition", err)
+	}
+	for _, p := range []ExecParams{
+		{Sandbox: r.ID, Argv: []string{"true"}, Session: "main"},
+		{Sandbox: r.ID, Shell: "true", Session: "main", TTY: true},
+		{Sandbox: r.ID, Shell: "true", SessionShell: "/bin/sh"},
+	} {
+		if err := e.Exec(ctx, admin, p, func(ExecEvent) error { return nil }); !errdefs.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("Exec(%+v) = %v, want InvalidArgument", p, err)
+		}
+	}
 	_, err = e.PackDiff(ctx, admin, r.ID, "img:v1", PackOptions{})
 	if !errdefs.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "fake backend has no pack") {
 		t.Errorf("PackDiff on a backend without pack = %v, want FailedPrecondition naming fake and pack", err)

@@ -267,6 +267,11 @@ type SessionInfo struct {
 	RunningExec string    `json:"running_exec,omitempty"`
 }
 
+// sessionsReply is the reply of GET /v1/sessions.
+type sessionsReply struct {
+	Sessions []SessionInfo `json:"sessions"`
+}
+
 // ExitRecord is written once an exec has ended and its output is on disk
 // (exit.json), and is the reply of a wait.
 type ExitRecord struct {
@@ -297,6 +302,7 @@ type journalEntry struct {
 	Argv    []string  `json:"argv"`
 	TTY     bool      `json:"tty,omitempty"`
 	Started time.Time `json:"started"`
+	Session string    `json:"session,omitempty"`
 }
 
 // Stream names an exec output stream (the numbers of sandbox.Stream).

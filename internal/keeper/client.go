@@ -123,6 +123,19 @@ func (c *Client) ListExecs(ctx context.Context, id string) ([]ExecInfo, error) {
 	return out, err
 }
 
+// ListSessions lists a sandbox's shell sessions (protocol 4).
+func (c *Client) ListSessions(ctx context.Context, id string) ([]SessionInfo, error) {
+	var r sessionsReply
+	err := c.call(ctx, http.MethodGet, "/v1/sessions", url.Values{"sandbox": {id}}, nil, &r)
+	return r.Sessions, err
+}
+
+// DeleteSession kills a session's shell and every process it started
+// (protocol 4).
+func (c *Client) DeleteSession(ctx context.Context, id, name string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/sessions", url.Values{"sandbox": {id}, "name": {name}}, nil, nil)
+}
+
 // ChunkCacheStats reports the keeper's chunk cache of lazy layers;
 // NotFound when it has none (no --blob-source).
 func (c *Client) ChunkCacheStats(ctx context.Context) (chunkcache.Stats, error) {

@@ -49,6 +49,9 @@ const stdinWriteTimeout = 30 * time.Second
 
 func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	spec := req.Spec
+	if spec.Session != "" {
+		return k.startSessionExec(ctx, req)
+	}
 	tm := newPhases("exec")
 	defer func() { k.log.Debug("exec start phases", "exec", spec.ID, "ms", tm.String()) }()
 	if !execIDRe.MatchString(spec.ID) {
@@ -476,7 +479,7 @@ func (k *Keeper) listExecs(id string) ([]ExecInfo, error) {
 		if json.Unmarshal(raw, &j) != nil {
 			continue
 		}
-		info := ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started}
+		info := ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started, Session: j.Session}
 		b.mu.Lock()
 		p := b.execs[j.ID]
 		b.mu.Unlock()
@@ -488,7 +491,7 @@ func (k *Keeper) listExecs(id string) ([]ExecInfo, error) {
 		case p != nil && p.running():
 			info.Running = true
 		default:
-			info.Exit = &ExitStatus{Lost: true, Started: j.Started}
+			info.Exit = &ExitStatus{Lost: true, Started: j.Started, SessionLost: j.Session != ""}
 		}
 		for i, s := range []Stream{Stdout, Stderr} {
 			if st, err := os.Stat(k.l.OutputPath(id, j.ID, s)); err == nil {
@@ -522,7 +525,11 @@ func (k *Keeper) waitExec(ctx context.Context, id, execID string, timeout time.D
 		}
 		if !ok {
 			if _, serr := os.Stat(k.l.ExecDir(id, execID)); serr == nil {
-				return ExitRecord{ExitStatus: ExitStatus{Lost: true}}, true, nil
+				// A session's shell ended with the keeper that ran it.
+				var j journalEntry
+				raw, _ := os.ReadFile(filepath.Join(k.l.ExecDir(id, execID), "spec.json"))
+				lostSession := json.Unmarshal(raw, &j) == nil && j.Session != ""
+				return ExitRecord{ExitStatus: ExitStatus{Lost: true, SessionLost: lostSession}}, true, nil
 			}
 			return rec, false, errdefs.Newf(errdefs.ErrNotFound, "exec %s not found in sandbox %s", execID, id)
 		}

@@ -31,6 +31,7 @@ type box struct {
 	info     SandboxInfo
 	deleting bool
 	execs    map[string]*execProc
+	sessions map[string]*session // shell sessions by name, made on first use
 	// initExit receives the init's wait status (set by the driver's Start
 	// when the init is the keeper's child); watched is set once watchInit
 	// reads it.

@@ -113,6 +113,14 @@ func (k *Keeper) handler(stop func()) http.Handler {
 		execs, err := k.listExecs(r.URL.Query().Get("sandbox"))
 		reply(w, execs, err)
 	})
+	mux.HandleFunc("GET /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
+		ss, err := k.listSessions(r.URL.Query().Get("sandbox"))
+		reply(w, sessionsReply{Sessions: ss}, err)
+	})
+	mux.HandleFunc("DELETE /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		reply(w, nil, k.deleteSession(q.Get("sandbox"), q.Get("name")))
+	})
 	mux.HandleFunc("GET /v1/chunkcache/stats", func(w http.ResponseWriter, r *http.Request) {
 		if k.ct == nil || k.ct.lazy == nil {
 			reply(w, nil, errdefs.Newf(errdefs.ErrNotFound, "this keeper has no chunk cache: start dsec up with --blob-source"))

@@ -137,6 +137,7 @@ func (b *Backend) watchKeeper() {
 func (b *Backend) Describe() sandbox.Description {
 	d := sandbox.Description{Name: Name, Tier: sandbox.TierContainer, Features: []sandbox.Capability{
 		sandbox.CapMemoryLimit, sandbox.CapPidsLimit, sandbox.CapTTY, sandbox.CapRestart,
+		sandbox.CapSessions,
 	}}
 	if b.cfg.DiskQuota != "off" {
 		d.Features = append(d.Features, sandbox.CapDiskLimit)

@@ -26,11 +26,13 @@ func toKeeperResources(r sandbox.Resources) keeper.Resources {
 }
 
 func toKeeperExec(s sandbox.ExecSpec) keeper.ExecSpec {
-	return keeper.ExecSpec{
+	k := keeper.ExecSpec{
 		ID: s.ID, Argv: s.Argv, Env: s.Env, Cwd: s.Cwd, UID: s.UID, GID: s.GID, Groups: s.Groups,
 		Stdin: s.Stdin, StdinOpen: s.StdinOpen, TTY: s.TTY, Rows: s.Rows, Cols: s.Cols,
 		Timeout: s.Timeout, OutputLimit: s.OutputLimit,
 	}
+	k.Session, k.SessionShell = s.Session, s.SessionShell
+	return k
 }
 
 func fromKeeperExit(e keeper.ExitStatus) sandbox.ExitStatus {
@@ -38,6 +40,7 @@ func fromKeeperExit(e keeper.ExitStatus) sandbox.ExitStatus {
 		Code: e.Code, Signal: e.Signal, TimedOut: e.TimedOut, OOMKilled: e.OOMKilled,
 		StdoutTruncated: e.StdoutTruncated, StderrTruncated: e.StderrTruncated,
 		Lost: e.Lost, Started: e.Started, Ended: e.Ended,
+		SessionLost: e.SessionLost, SessionRestarted: e.SessionRestarted,
 	}
 }
 
@@ -48,6 +51,7 @@ func fromKeeperExecs(in []keeper.ExecInfo) []sandbox.ExecInfo {
 			ID: e.ID, Argv: e.Argv, TTY: e.TTY, Started: e.Started, Running: e.Running,
 			StdoutBytes: e.StdoutBytes, StderrBytes: e.StderrBytes,
 		}
+		out[i].Session = e.Session
 		if e.Exit != nil {
 			st := fromKeeperExit(*e.Exit)
 			out[i].Exit = &st
