@@ -32,6 +32,9 @@ type CreateParams struct {
 	TTL         time.Duration
 	IdleTTL     time.Duration
 	Backend     string
+	// resolved, when set, is the image already resolved (a grading
+	// sandbox takes the graded sandbox's layers); Image is then its name.
+	resolved *Image
 }
 
 var (

@@ -176,6 +176,26 @@ func (b *Backend) DownloadTar(ctx context.Context, id, path string, w io.Writer)
 	})
 }
 
+// DownloadTarStats is DownloadTar that also says what the archive left
+// out (TarStats.Skipped: devices, sockets, files on kernel file systems),
+// with the file data bounded by maxBytes (0: the backend's bound); a grade
+// refuses what it cannot copy rather than copying less.
+func (b *Backend) DownloadTarStats(ctx context.Context, id, path string, w io.Writer, maxBytes int64) (sandbox.TarStats, error) {
+	if maxBytes <= 0 || b.cfg.MaxTarBytes > 0 && maxBytes > b.cfg.MaxTarBytes {
+		maxBytes = b.cfg.MaxTarBytes
+	}
+	var out sandbox.TarStats
+	err := b.withRoot(ctx, id, func(r box) error {
+		st, err := r.WriteTar(ctx, path, w, sandboxfs.TarOptions{
+			MapID:    func(u, g uint32) (uint32, uint32) { return r.ids.FromHost(u), r.ids.FromHost(g) },
+			MaxBytes: maxBytes,
+		})
+		out = sandbox.TarStats{Files: st.Files, Dirs: st.Dirs, Links: st.Links, Bytes: st.Bytes, Skipped: st.Skipped}
+		return err
+	})
+	return out, err
+}
+
 // UploadTar implements sandbox.Backend.
 func (b *Backend) UploadTar(ctx context.Context, id, dir string, rd io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error) {
 	var out sandbox.TarStats
