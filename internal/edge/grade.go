@@ -143,7 +143,11 @@ func (e *Edge) GradeFrom(ctx context.Context, caller Caller, p GradeParams) (*Gr
 		cp.Workdir, cp.User = r.Workdir, r.User
 		cp.resolved = &Image{Name: r.Image, Layers: r.Layers, Env: r.ImageEnv, Workdir: r.Workdir, User: r.User}
 	}
-	g, err := e.create(ctx, caller, cp)
+	// The grading sandbox belongs to the graded sandbox's project (an
+	// administrator's grade does not land in the administrator's).
+	gc := caller
+	gc.Project = r.Project
+	g, err := e.create(ctx, gc, cp)
 	if err != nil {
 		return nil, fmt.Errorf("grade %s: create the grading sandbox: %w", r.ID, err)
 	}
@@ -172,7 +176,7 @@ func (e *Edge) GradeFrom(ctx context.Context, caller Caller, p GradeParams) (*Gr
 
 	var out [2]bytes.Buffer
 	var exit *sandbox.ExitStatus
-	err = e.Exec(ctx, caller, ExecParams{
+	err = e.Exec(ctx, gc, ExecParams{
 		Sandbox: g.ID, Argv: p.Argv, Shell: p.Shell, Env: p.Env, Cwd: p.Cwd, User: p.User,
 		Timeout: p.Timeout, OutputLimit: p.OutputLimit,
 	}, func(ev ExecEvent) error {
