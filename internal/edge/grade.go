@@ -61,6 +61,14 @@ const (
 	graderLabel = "dsec.io/grader-of"
 )
 
+// linkUploader is the optional capability of a backend to extract an
+// archive keeping its symbolic links whatever their targets (never
+// following them); without it a link that leads out of the copied tree is
+// refused by the backend's UploadTar.
+type linkUploader interface {
+	UploadTarLinks(ctx context.Context, id, dir string, r io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error)
+}
+
 // tarStatser is the optional capability of a backend to report what its
 // archive of a path left out (devices, sockets, files on kernel file
 // systems), so that a grade can refuse them instead of copying less than
@@ -205,7 +213,8 @@ func (e *Edge) GradeFrom(ctx context.Context, caller Caller, p GradeParams) (*Gr
 }
 
 // gradePaths checks the paths a grade copies: absolute, clean, without
-// NUL, not the root nor a kernel file system, at most maxGradePaths.
+// NUL, not the root nor a kernel file system, none under another, at most
+// maxGradePaths.
 func gradePaths(paths []string) ([]string, error) {
 	switch {
 	case len(paths) == 0:
@@ -236,6 +245,15 @@ func gradePaths(paths []string) ([]string, error) {
 		if !seen[p] {
 			seen[p] = true
 			out = append(out, p)
+		}
+	}
+	// One path under another would be extracted through what the first
+	// made: a link there would lead the second anywhere in the grader.
+	for i, a := range out {
+		for _, b := range out[i+1:] {
+			if strings.HasPrefix(b, a+"/") || strings.HasPrefix(a, b+"/") {
+				return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "grade: paths %.200q and %.200q overlap: name only the outer one", a, b)
+			}
 		}
 	}
 	return out, nil
@@ -270,6 +288,9 @@ func copyPath(ctx context.Context, src sandbox.Backend, srcID string, dst sandbo
 		} else {
 			err = src.DownloadTar(cctx, srcID, p, pw)
 		}
+		if errdefs.Is(err, errdefs.ErrResourceExhausted) {
+			err = copyLimitError(p, maxBytes)
+		}
 		pw.CloseWithError(err)
 		done <- err
 	}()
@@ -282,7 +303,11 @@ func copyPath(ctx context.Context, src sandbox.Backend, srcID string, dst sandbo
 		wr.CloseWithError(err)
 		checked <- err
 	}()
-	st, err := dst.UploadTar(cctx, dstID, path.Dir(p), rd, sandbox.TarOptions{MakeParents: true})
+	upload := dst.UploadTar
+	if lu, ok := dst.(linkUploader); ok {
+		upload = lu.UploadTarLinks
+	}
+	st, err := upload(cctx, dstID, path.Dir(p), rd, sandbox.TarOptions{MakeParents: true})
 	rd.CloseWithError(io.ErrClosedPipe)
 	cancel()
 	errs := []error{<-done, <-checked, err}
@@ -297,6 +322,11 @@ func copyPath(ctx context.Context, src sandbox.Backend, srcID string, dst sandbo
 		return st, err
 	}
 	return st, errors.Join(errs...)
+}
+
+func copyLimitError(p string, left int64) error {
+	return errdefs.Newf(errdefs.ErrResourceExhausted,
+		"the files under %s are larger than what is left of the grade's copy limit (max_copy_bytes, default 1 GiB), %d bytes: raise it or copy less", p, max(left, 0))
 }
 
 // tarCheck passes an archive through unchanged while it reads its
@@ -347,7 +377,7 @@ func (c *tarCheck) copy(w io.Writer, r io.Reader) error {
 		if h.Typeflag == tar.TypeReg {
 			c.budget.bytes -= h.Size
 			if c.budget.bytes < 0 {
-				return errdefs.Newf(errdefs.ErrResourceExhausted, "the files to copy are larger than the copy limit (max_copy_bytes): raise it or copy less")
+				return copyLimitError(c.root, c.budget.bytes+h.Size)
 			}
 		}
 	}

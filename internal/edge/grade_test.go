@@ -28,14 +28,14 @@ func TestGradePaths(t *testing.T) {
 	}
 	for _, bad := range [][]string{
 		nil, {"rel/path"}, {"/a/../etc"}, {"/a/"}, {"/a//b"}, {"/"}, {"/a\x00b"},
-		{"/proc"}, {"/proc/1/root"}, {"/sys/fs"}, {"/dev"}, {"/dev/shm/x"}, {""}, many,
+		{"/proc"}, {"/proc/1/root"}, {"/a/b", "/a/b/c"}, {"/a/b/c", "/x", "/a/b"}, {"/sys/fs"}, {"/dev"}, {"/dev/shm/x"}, {""}, many,
 	} {
 		if _, err := gradePaths(bad); !errdefs.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("gradePaths(%.60q) = %v, want InvalidArgument", bad, err)
 		}
 	}
-	got, err := gradePaths([]string{"/workspace/repo", "/devices", "/workspace/repo", "/procfile"})
-	if err != nil || !slices.Equal(got, []string{"/workspace/repo", "/devices", "/procfile"}) {
+	got, err := gradePaths([]string{"/workspace/repo", "/devices", "/workspace/repo", "/procfile", "/workspace/repo2"})
+	if err != nil || !slices.Equal(got, []string{"/workspace/repo", "/devices", "/procfile", "/workspace/repo2"}) {
 		t.Errorf("gradePaths(good) = %v, %v", got, err)
 	}
 }

@@ -198,6 +198,17 @@ func (b *Backend) DownloadTarStats(ctx context.Context, id, path string, w io.Wr
 
 // UploadTar implements sandbox.Backend.
 func (b *Backend) UploadTar(ctx context.Context, id, dir string, rd io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error) {
+	return b.uploadTar(ctx, id, dir, rd, opts, false)
+}
+
+// UploadTarLinks is UploadTar that keeps symbolic links whatever their
+// targets (sandboxfs.ExtractOptions.LinksAnywhere), for a copy between
+// sandboxes.
+func (b *Backend) UploadTarLinks(ctx context.Context, id, dir string, rd io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error) {
+	return b.uploadTar(ctx, id, dir, rd, opts, true)
+}
+
+func (b *Backend) uploadTar(ctx context.Context, id, dir string, rd io.Reader, opts sandbox.TarOptions, linksAnywhere bool) (sandbox.TarStats, error) {
 	var out sandbox.TarStats
 	err := b.withRoot(ctx, id, func(r box) error {
 		hu, hg, err := r.hostIDs(opts.UID, opts.GID)
@@ -206,7 +217,7 @@ func (b *Backend) UploadTar(ctx context.Context, id, dir string, rd io.Reader, o
 		}
 		st, err := r.ExtractTar(ctx, dir, rd, sandboxfs.ExtractOptions{
 			UID: hu, GID: hg, MakeParents: opts.MakeParents, MaxBytes: b.cfg.MaxTarBytes,
-			SpoolDir: b.keeper.SandboxDir(id),
+			SpoolDir: b.keeper.SandboxDir(id), LinksAnywhere: linksAnywhere,
 		})
 		out = sandbox.TarStats{Files: st.Files, Dirs: st.Dirs, Links: st.Links, Bytes: st.Bytes, Skipped: st.Skipped}
 		return err

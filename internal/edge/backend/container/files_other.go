@@ -49,6 +49,10 @@ func (b *Backend) DownloadTarStats(ctx context.Context, id, path string, w io.Wr
 	return sandbox.TarStats{}, errors.ErrUnsupported
 }
 
+func (b *Backend) UploadTarLinks(ctx context.Context, id, dir string, r io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error) {
+	return sandbox.TarStats{}, errors.ErrUnsupported
+}
+
 func (b *Backend) UploadTar(ctx context.Context, id, dir string, r io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error) {
 	return sandbox.TarStats{}, errors.ErrUnsupported
 }
