@@ -147,7 +147,6 @@ func (e *Edge) GradeFrom(ctx context.Context, caller Caller, p GradeParams) (*Gr
 	if p.Image == "" {
 		// The image as the sandbox was made from it: its layers, not
 		// what its name points to now, nor its writable layer.
-		cp.Image = r.Image
 		cp.Workdir, cp.User = r.Workdir, r.User
 		cp.resolved = &Image{Name: r.Image, Layers: r.Layers, Env: r.ImageEnv, Workdir: r.Workdir, User: r.User}
 	}

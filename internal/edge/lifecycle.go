@@ -73,7 +73,7 @@ func validateEnv(env map[string]string) error {
 
 func (e *Edge) normalize(p *CreateParams) error {
 	switch {
-	case p.Image == "" && len(p.Layers) == 0:
+	case p.Image == "" && len(p.Layers) == 0 && p.resolved == nil:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "no image: name one (see `dsec image ls`) or give a list of layers")
 	case p.Image != "" && len(p.Layers) > 0:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "both an image and a list of layers: give one of them")
