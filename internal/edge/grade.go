@@ -340,7 +340,6 @@ func copyLimitError(p string, left int64) error {
 type tarCheck struct {
 	root   string
 	budget *gradeBudget
-	first  bool
 }
 
 func (c *tarCheck) copy(w io.Writer, r io.Reader) error {
