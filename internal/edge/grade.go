@@ -54,6 +54,8 @@ const (
 	// defaultGradeTimeout is the grading command's timeout when none is
 	// given.
 	defaultGradeTimeout = 10 * time.Minute
+	// maxGradeTimeout bounds the grading command's timeout.
+	maxGradeTimeout = 24 * time.Hour
 	// defaultGradeOutput caps each output stream when no limit is given
 	// (the exec default of CONTRACT.md).
 	defaultGradeOutput = 16 << 20
@@ -93,6 +95,8 @@ func (e *Edge) GradeFrom(ctx context.Context, caller Caller, p GradeParams) (*Gr
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "grade: no command: give argv or a shell command")
 	case p.Timeout < 0 || p.OutputLimit < 0 || p.MaxCopyBytes < 0:
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "grade: timeout, output limit and copy limit must not be negative")
+	case p.Timeout > maxGradeTimeout:
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "grade: timeout %s is above the most a grade may run, %s", p.Timeout, maxGradeTimeout)
 	}
 	if err := validateEnv(p.Env); err != nil {
 		return nil, err
@@ -130,19 +134,17 @@ func (e *Edge) GradeFrom(ctx context.Context, caller Caller, p GradeParams) (*Gr
 		IdleTTL: p.Timeout + 10*time.Minute,
 	}
 	// Each resource the request leaves out is the graded sandbox's.
-	if q := p.Resources; q.MemoryBytes != 0 || q.CPUs != 0 || q.Pids != 0 || q.DiskBytes != 0 {
-		if q.MemoryBytes != 0 {
-			cp.Resources.MemoryBytes = q.MemoryBytes
-		}
-		if q.CPUs != 0 {
-			cp.Resources.CPUs = q.CPUs
-		}
-		if q.Pids != 0 {
-			cp.Resources.Pids = q.Pids
-		}
-		if q.DiskBytes != 0 {
-			cp.Resources.DiskBytes = q.DiskBytes
-		}
+	if q := p.Resources; q.MemoryBytes != 0 {
+		cp.Resources.MemoryBytes = q.MemoryBytes
+	}
+	if q := p.Resources; q.CPUs != 0 {
+		cp.Resources.CPUs = q.CPUs
+	}
+	if q := p.Resources; q.Pids != 0 {
+		cp.Resources.Pids = q.Pids
+	}
+	if q := p.Resources; q.DiskBytes != 0 {
+		cp.Resources.DiskBytes = q.DiskBytes
 	}
 	if p.Image == "" {
 		// The image as the sandbox was made from it: its layers, not

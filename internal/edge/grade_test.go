@@ -276,6 +276,7 @@ func TestGradeFromCallerAndRequestChecks(t *testing.T) {
 		"no command":       {Paths: []string{"/w"}},
 		"argv and shell":   {Paths: []string{"/w"}, Argv: []string{"x"}, Shell: "x"},
 		"negative timeout": {Paths: []string{"/w"}, Shell: "x", Timeout: -time.Second},
+		"endless timeout":  {Paths: []string{"/w"}, Shell: "x", Timeout: 1 << 62},
 		"negative limit":   {Paths: []string{"/w"}, Shell: "x", MaxCopyBytes: -1},
 		"bad env":          {Paths: []string{"/w"}, Shell: "x", Env: map[string]string{"1A": "x"}},
 		"bad path":         {Paths: []string{"w"}, Shell: "x"},
@@ -327,4 +328,23 @@ func TestTarCheck(t *testing.T) {
 	if err := c.copy(io.Discard, bytes.NewReader(good)); !errdefs.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("check(4 entries, room for 3) = %v, want ResourceExhausted", err)
 	}
+}
+
+func TestGradeFromResources(t *testing.T) {
+	g := newGradeEnv(t)
+	g.hold(nil)
+	if _, err := g.e.GradeFrom(context.Background(), admin, GradeParams{
+		Sandbox: g.graded.ID, Paths: []string{"/workspace/repo"}, Argv: []string{"check"},
+		Resources: sandbox.Resources{MemoryBytes: 48 * testMiB},
+	}); err != nil {
+		t.Fatalf("GradeFrom = %v", err)
+	}
+	want := g.graded.Resources
+	want.MemoryBytes = 48 * testMiB
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.spec.Resources != want {
+		t.Errorf("grader resources = %+v, want %+v (the memory asked for, the rest the graded sandbox's)", g.spec.Resources, want)
+	}
+	g.onlyGraded()
 }
