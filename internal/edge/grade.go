@@ -129,7 +129,9 @@ func (e *Edge) GradeFrom(ctx context.Context, caller Caller, p GradeParams) (*Gr
 		Resources: r.Resources,
 		Env:       r.Env,
 		Backend:   r.Backend,
-		// The record outlives a crash of the edge only until these end.
+		grader:    true,
+		// After a crash of the node the record lasts until these end (a
+		// restart of the edge deletes it: reconcile.go).
 		TTL:     p.Timeout + 10*time.Minute,
 		IdleTTL: p.Timeout + 10*time.Minute,
 	}

@@ -348,3 +348,28 @@ func TestGradeFromResources(t *testing.T) {
 	}
 	g.onlyGraded()
 }
+
+// A grade cut short by the edge's end leaves its grading sandbox; the next
+// edge on the node deletes it, and only it.
+func TestGradeSandboxDeletedAfterRestart(t *testing.T) {
+	n := newTestNode(t)
+	e := n.open()
+	graded := create(t, e, 32*testMiB)
+	// What GradeFrom makes before its copy, left by an edge that ended.
+	g, err := e.create(context.Background(), admin, CreateParams{Image: "busybox", grader: true, Resources: sandbox.Resources{MemoryBytes: 32 * testMiB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	e = n.open()
+	defer e.Close()
+	if ids := n.node.IDs(); !slices.Equal(ids, []string{graded.ID}) {
+		t.Errorf("sandboxes after the restart = %v, want only %s (grading sandbox %s deleted)", ids, graded.ID, g.ID)
+	}
+	if _, err := e.Get(context.Background(), admin, g.ID); !errdefs.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Get(grading sandbox) after the restart = %v, want NotFound", err)
+	}
+	if r, err := e.Get(context.Background(), admin, graded.ID); err != nil || r.State != StateRunning {
+		t.Errorf("Get(graded) after the restart = %v, %v; want it running", r, err)
+	}
+}

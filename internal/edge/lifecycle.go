@@ -33,8 +33,10 @@ type CreateParams struct {
 	IdleTTL     time.Duration
 	Backend     string
 	// resolved, when set, is the image already resolved (a grading
-	// sandbox takes the graded sandbox's layers); Image is then its name.
+	// sandbox takes the graded sandbox's layers).
 	resolved *Image
+	// grader makes a grading sandbox (Record.Grader).
+	grader bool
 }
 
 var (
@@ -232,6 +234,7 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 		Resources: p.Resources, ImageEnv: img.Env, Env: p.Env,
 		Workdir: workdir, User: user,
 		CreatedAt: now, ExpiresAt: now.Add(p.TTL), IdleTTL: p.IdleTTL,
+		Grader: p.grader,
 	}
 	spec := sandbox.Spec{ID: r.ID, Layers: img.Layers, Resources: p.Resources, Env: sandboxEnv(r)}
 	if err := sandbox.CheckSpec(be, spec); err != nil {
