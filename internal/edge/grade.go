@@ -286,7 +286,7 @@ func copyPath(ctx context.Context, src sandbox.Backend, srcID string, dst sandbo
 			st, err = ts.DownloadTarStats(cctx, srcID, p, pw, maxBytes)
 			if err == nil && st.Skipped > 0 {
 				err = errdefs.Newf(errdefs.ErrFailedPrecondition,
-					"%d entries under %s are device nodes, sockets, files on kernel file systems, files held by a lease or paths too long: a grade copies only regular files, directories and symbolic links; remove them or name the paths around them", st.Skipped, p)
+					"%d of the entries under %s cannot be copied (device nodes, sockets, files on kernel file systems or held by a lease, paths too long): a grade copies only regular files, directories and symbolic links; remove them or name the paths around them", st.Skipped, p)
 			}
 		} else {
 			err = src.DownloadTar(cctx, srcID, p, pw)

@@ -6,12 +6,14 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/sandbox/sandboxtest"
@@ -393,4 +395,40 @@ func FuzzTarCheck(f *testing.F) {
 			t.Fatalf("accepted %d bytes, passed on %d different ones", len(data), out.Len())
 		}
 	})
+}
+
+// skippingFake is the fake backend whose archives leave out one entry, as
+// the container backend's leave out sockets and devices.
+type skippingFake struct{ *sandboxtest.Fake }
+
+func (f skippingFake) DownloadTarStats(ctx context.Context, id, p string, w io.Writer, maxBytes int64) (sandbox.TarStats, error) {
+	return sandbox.TarStats{Skipped: 1}, f.DownloadTar(ctx, id, p, w)
+}
+
+func TestGradeFromRefusesWhatTheArchiveLeftOut(t *testing.T) {
+	n := newTestNode(t)
+	e, err := New(context.Background(), Config{
+		Node: "n", StateDir: n.dir,
+		Backends: map[string]sandbox.Backend{"fake": skippingFake{n.node.Open()}},
+		Images:   fakeImages{}, MemoryBytes: 1 << 30, MemoryOvercommit: 1, MemoryReserve: 1, CPUs: 2,
+		Defaults:    Defaults{MemoryBytes: 64 * testMiB, DiskBytes: 16 * testMiB},
+		OutputQuota: 16 * testMiB, ReconcileEvery: 20 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	e.diskSpace = func() (ceiling.Space, error) { return ceiling.Space{Free: 1 << 40, Size: 1 << 41}, nil }
+	graded := create(t, e, 32*testMiB)
+	if _, err := n.node.Open().WriteFile(context.Background(), graded.ID, "/w/repo/a", sandbox.WriteOptions{MakeParents: true}, strings.NewReader("a")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.GradeFrom(context.Background(), admin, GradeParams{Sandbox: graded.ID, Paths: []string{"/w/repo"}, Shell: "true"})
+	if !errdefs.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "1 of the entries under /w/repo cannot be copied (device nodes, sockets") {
+		t.Errorf("GradeFrom(a tree with a socket) = %v, want FailedPrecondition naming what was left out", err)
+	}
+	if ids := n.node.IDs(); !slices.Equal(ids, []string{graded.ID}) || n.node.Calls("StartExec") != 0 {
+		t.Errorf("after the refusal: sandboxes %v, %d execs; want only the graded one, none", ids, n.node.Calls("StartExec"))
+	}
 }
