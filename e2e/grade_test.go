@@ -17,7 +17,8 @@ import (
 // TestGradeFrom grades an agent's repository in a fresh sandbox of the
 // same image: the links the agent planted arrive as links and lead
 // nowhere but into the grader's own image, a fifo is refused, the
-// grading sandbox is gone afterwards and the agent's is unchanged.
+// grading sandbox is gone afterwards and the agent's is unchanged, its
+// leftover process still running.
 func TestGradeFrom(t *testing.T) {
 	p := newPlatform(t)
 	p.Busybox(t)
@@ -49,7 +50,8 @@ ln -s /etc/shadow /workspace/repo/shadow
 ln -s ../../../etc /workspace/repo/up
 ln -s /workspace/repo /workspace/repolink
 mkfifo /workspace/pipe/fifo
-echo not-asked-for > /workspace/notes.txt`)
+echo not-asked-for > /workspace/notes.txt
+setsid sleep 1000 </dev/null >/dev/null 2>&1 &`)
 	if err != nil || r.ExitCode != 0 {
 		t.Fatalf("agent's setup = %v, exit %d, %s", err, r.ExitCode, r.Stderr)
 	}
@@ -132,8 +134,8 @@ exit 5`,
 		}
 		t.Errorf("sandboxes after the grades = %v, want only the agent's %s", ids, agent.ID)
 	}
-	r, err = agent.Shell(ctx, "cat /etc/shadow; ls /workspace/repo; test -p /workspace/pipe/fifo && echo fifo")
-	if err != nil || string(r.Stdout) != "AGENT-MARKER\nmain.txt\npkg\nshadow\nup\nfifo\n" {
+	r, err = agent.Shell(ctx, "cat /etc/shadow; ls /workspace/repo; test -p /workspace/pipe/fifo && echo fifo; ps -o args | grep -c '^[s]leep 1000'")
+	if err != nil || string(r.Stdout) != "AGENT-MARKER\nmain.txt\npkg\nshadow\nup\nfifo\n1\n" {
 		t.Errorf("agent's sandbox after the grades: %q, %v", r.Stdout, err)
 	}
 }
