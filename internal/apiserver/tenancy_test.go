@@ -39,6 +39,7 @@ type countingEdge struct {
 	sandboxes map[string]*sandboxv1.Sandbox
 	n         int
 	creates   []*sandboxv1.CreateRequest
+	grades    int
 }
 
 func (e *countingEdge) Create(_ context.Context, req *connect.Request[sandboxv1.CreateRequest]) (*connect.Response[sandboxv1.CreateResponse], error) {
@@ -547,4 +548,56 @@ func TestLedger(t *testing.T) {
 	if recent != 0 {
 		t.Errorf("%d recent creates kept after a report covered them, want 0", recent)
 	}
+}
+
+// GradeFrom checks the grading image as Create does: another project's
+// private image is NotFound and never reaches the node.
+func TestGradeFromImageVisibility(t *testing.T) {
+	t.Parallel()
+	s := newTenancyServer(t, 0)
+	ctx := t.Context()
+	victim := s.client(t, "victim", dsec.KeyOptions{})
+	d := s.layer(t, victim, "victim layer")
+	if _, err := victim.CreateImage(ctx, "victim/app", []string{d}, dsec.ImageConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	api := sandboxv1connect.NewSandboxServiceClient(http.DefaultClient, s.addr)
+	for _, tt := range []struct {
+		project string
+		image   string
+		want    connect.Code // 0: forwarded
+	}{
+		{"mallory", "victim/app", connect.CodeNotFound},
+		{"mallory", "nope", connect.CodeNotFound},
+		{"mallory", "Bad Name!", connect.CodeInvalidArgument},
+		{"victim", "victim/app", 0},
+		{"mallory", "", 0},
+	} {
+		secret, _, err := s.admin.CreateKey(ctx, dsec.KeyOptions{Name: tt.project + "-grade", Project: tt.project})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := connect.NewRequest(&sandboxv1.GradeFromRequest{SandboxId: "n1-aaaaaaaaaaab", Paths: []string{"/w"}, Image: tt.image, Shell: "true"})
+		req.Header().Set("Authorization", "Bearer "+secret)
+		s.edge.mu.Lock()
+		before := s.edge.grades
+		s.edge.mu.Unlock()
+		_, err = api.GradeFrom(ctx, req)
+		s.edge.mu.Lock()
+		forwarded := s.edge.grades - before
+		s.edge.mu.Unlock()
+		switch {
+		case tt.want != 0 && (connect.CodeOf(err) != tt.want || forwarded != 0):
+			t.Errorf("GradeFrom(%s, image %q) = %v, forwarded %d; want %v, not forwarded", tt.project, tt.image, err, forwarded, tt.want)
+		case tt.want == 0 && (err != nil || forwarded != 1):
+			t.Errorf("GradeFrom(%s, image %q) = %v, forwarded %d; want it forwarded", tt.project, tt.image, err, forwarded)
+		}
+	}
+}
+
+func (e *countingEdge) GradeFrom(_ context.Context, req *connect.Request[sandboxv1.GradeFromRequest]) (*connect.Response[sandboxv1.GradeFromResponse], error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.grades++
+	return connect.NewResponse(&sandboxv1.GradeFromResponse{Exit: &sandboxv1.ExecExit{}}), nil
 }

@@ -32,6 +32,11 @@ type CreateParams struct {
 	TTL         time.Duration
 	IdleTTL     time.Duration
 	Backend     string
+	// resolved, when set, is the image already resolved (a grading
+	// sandbox takes the graded sandbox's layers).
+	resolved *Image
+	// grader makes a grading sandbox (Record.Grader).
+	grader bool
 }
 
 var (
@@ -70,7 +75,7 @@ func validateEnv(env map[string]string) error {
 
 func (e *Edge) normalize(p *CreateParams) error {
 	switch {
-	case p.Image == "" && len(p.Layers) == 0:
+	case p.Image == "" && len(p.Layers) == 0 && p.resolved == nil:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "no image: name one (see `dsec image ls`) or give a list of layers")
 	case p.Image != "" && len(p.Layers) > 0:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "both an image and a list of layers: give one of them")
@@ -229,6 +234,7 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 		Resources: p.Resources, ImageEnv: img.Env, Env: p.Env,
 		Workdir: workdir, User: user,
 		CreatedAt: now, ExpiresAt: now.Add(p.TTL), IdleTTL: p.IdleTTL,
+		Grader: p.grader,
 	}
 	spec := sandbox.Spec{ID: r.ID, Layers: img.Layers, Resources: p.Resources, Env: sandboxEnv(r)}
 	if err := sandbox.CheckSpec(be, spec); err != nil {

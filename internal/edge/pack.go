@@ -80,6 +80,9 @@ type PackResult struct {
 // resolve turns a create request's image, or explicit list of layers, into
 // layers a backend can stack.
 func (e *Edge) resolve(ctx context.Context, p CreateParams) (Image, error) {
+	if p.resolved != nil {
+		return *p.resolved, nil
+	}
 	if len(p.Layers) == 0 {
 		return e.cfg.Images.Resolve(ctx, p.Image)
 	}

@@ -75,6 +75,16 @@ func (e *Edge) recover(ctx context.Context) error {
 		e.activity[r.ID] = now
 		e.mu.Unlock()
 	}
+	// A grading sandbox lives only as long as its GradeFrom call, which
+	// ended with the edge that made it.
+	for _, r := range recs {
+		if r.Grader && r.State != StateDeleting {
+			e.log.Info("deleting the sandbox of a grade the restart ended", "sandbox", r.ID)
+			if err := e.deleteOne(ctx, r.ID, EventDeleted, "its grade ended when the node restarted"); err != nil {
+				e.log.Warn("delete grading sandbox", "sandbox", r.ID, "err", err)
+			}
+		}
+	}
 	return e.reconcileOnce(ctx)
 }
 

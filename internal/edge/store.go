@@ -51,6 +51,9 @@ type Record struct {
 	// EndEvent is the event published when a deleting record is removed
 	// (deleted, ttl_expired, or none for a create that failed).
 	EndEvent string `json:"end_event,omitempty"`
+	// Grader marks a GradeFrom's grading sandbox, which lives only as long
+	// as the call: one found when the edge starts is deleted.
+	Grader bool `json:"grader,omitempty"`
 }
 
 type store struct {

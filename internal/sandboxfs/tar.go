@@ -54,6 +54,12 @@ type ExtractOptions struct {
 	// SpoolDir is the host directory the archive is spooled to (as an
 	// unlinked file) before it is checked; "" means os.TempDir().
 	SpoolDir string
+	// LinksAnywhere accepts symbolic links whatever their targets (a copy
+	// between sandboxes keeps links as they were): extraction never
+	// follows the links it creates, and the archive still may not write
+	// through its own links. Without it a link leading out of dest is
+	// refused.
+	LinksAnywhere bool
 }
 
 // TarStats counts an archive's entries. Files counts regular files and

@@ -360,7 +360,7 @@ func (r *Root) ExtractTar(ctx context.Context, dest string, src io.Reader, opts 
 		return TarStats{}, err
 	}
 	defer spool.Close()
-	plan, err := checkTar(spool, dest, opts.MaxEntries, opts.MaxSize)
+	plan, err := checkTar(spool, dest, opts.MaxEntries, opts.MaxSize, opts.LinksAnywhere)
 	if err != nil {
 		return TarStats{}, fmt.Errorf("the upload into %s is refused and nothing was written: %w", abs, err)
 	}

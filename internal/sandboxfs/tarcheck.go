@@ -37,7 +37,7 @@ const maxNameLen = 255
 // Duplicate names are allowed; the later entry wins. A directory entry for
 // dest itself ("." or "./") is skipped. Owners in the archive are ignored.
 func ValidateTar(r io.Reader, dest string, maxEntries int) (TarStats, error) {
-	p, err := checkTar(r, dest, maxEntries, 0)
+	p, err := checkTar(r, dest, maxEntries, 0, false)
 	if err != nil {
 		return TarStats{}, err
 	}
@@ -80,8 +80,9 @@ type tarChecker struct {
 }
 
 // checkTar checks an archive as ValidateTar says, with at most maxSize
-// bytes of files (0: DefaultMaxSize).
-func checkTar(r io.Reader, dest string, maxEntries int, maxSize int64) (*tarPlan, error) {
+// bytes of files (0: DefaultMaxSize); with linksAnywhere a symbolic link's
+// target is not checked (ExtractOptions.LinksAnywhere).
+func checkTar(r io.Reader, dest string, maxEntries int, maxSize int64, linksAnywhere bool) (*tarPlan, error) {
 	destRel, err := Clean(dest)
 	if err != nil {
 		return nil, err
@@ -125,7 +126,7 @@ func checkTar(r io.Reader, dest string, maxEntries int, maxSize int64) (*tarPlan
 		}
 		c.plan.entries = append(c.plan.entries, e)
 	}
-	if err := c.finish(); err != nil {
+	if err := c.finish(linksAnywhere); err != nil {
 		return nil, err
 	}
 	return &c.plan, nil
@@ -266,7 +267,7 @@ func entryName(raw, s, what string) (string, error) {
 // finish checks what needs the whole archive: names that are both
 // directories and not, entries under the archive's own links or files, and
 // where the archive's links lead.
-func (c *tarChecker) finish() error {
+func (c *tarChecker) finish(linksAnywhere bool) error {
 	c.buildTrie()
 	for _, e := range c.plan.entries {
 		if e.typ == 0 {
@@ -289,6 +290,9 @@ func (c *tarChecker) finish() error {
 			end += len(elem)
 			n = n.children[elem]
 		}
+	}
+	if linksAnywhere {
+		return nil
 	}
 	for _, e := range c.plan.entries {
 		if e.typ != tar.TypeSymlink {

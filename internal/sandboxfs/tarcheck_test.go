@@ -238,7 +238,7 @@ func FuzzValidateTar(f *testing.F) {
 	}
 	f.Add(makeTar(f, tSymlink("usr/lib64", "/usr/lib")), "/")
 	f.Fuzz(func(t *testing.T, data []byte, dest string) {
-		plan, err := checkTar(bytes.NewReader(data), dest, 100, 1<<30)
+		plan, err := checkTar(bytes.NewReader(data), dest, 100, 1<<30, false)
 		if err != nil {
 			if k := errdefs.Kind(err); k != errdefs.ErrInvalidArgument && k != errdefs.ErrResourceExhausted {
 				t.Fatalf("ValidateTar() = %v, want InvalidArgument or ResourceExhausted", err)

@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -701,12 +702,134 @@ func (f *Fake) Rename(ctx context.Context, id, from, to string, overwrite bool) 
 	return nil
 }
 
-// DownloadTar implements sandbox.Backend; the fake has no tar support.
+// DownloadTar implements sandbox.Backend: the tree at p (p itself never
+// followed) named relative to p's parent, as the container backend writes
+// it. A file whose mode has fs.ModeSymlink is a link to its data; fifos
+// are archived, devices and sockets left out.
 func (f *Fake) DownloadTar(ctx context.Context, id, p string, w io.Writer) error {
-	return fmt.Errorf("fake backend: tar: %w", errors.ErrUnsupported)
+	f.n.mu.Lock()
+	b, ff, err := f.file(id, p)
+	if err == nil && ff == nil {
+		err = errdefs.Newf(errdefs.ErrNotFound, "%s: no such file", p)
+	}
+	if err != nil {
+		f.n.mu.Unlock()
+		return err
+	}
+	p = path.Clean(p)
+	type entry struct {
+		name string
+		ff   fakeFile
+	}
+	var ents []entry
+	for name, e := range b.files {
+		if name == p || strings.HasPrefix(name, p+"/") || p == "/" {
+			ents = append(ents, entry{name, *e})
+		}
+	}
+	f.n.mu.Unlock()
+	sort.Slice(ents, func(i, j int) bool { return ents[i].name < ents[j].name })
+	tw := tar.NewWriter(w)
+	for _, e := range ents {
+		rel := strings.TrimPrefix(e.name, path.Dir(p))
+		rel = strings.TrimPrefix(rel, "/")
+		h := &tar.Header{Name: rel, Mode: int64(e.ff.mode.Perm()), ModTime: e.ff.mod, Uid: int(e.ff.uid), Gid: int(e.ff.gid), Format: tar.FormatPAX}
+		switch m := e.ff.mode; {
+		case m.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, rel+"/"
+		case m&fs.ModeSymlink != 0:
+			h.Typeflag, h.Linkname = tar.TypeSymlink, string(e.ff.data)
+		case m&fs.ModeNamedPipe != 0:
+			h.Typeflag = tar.TypeFifo
+		case m&(fs.ModeDevice|fs.ModeSocket|fs.ModeCharDevice) != 0:
+			continue
+		default:
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(e.ff.data))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(e.ff.data); err != nil {
+				return err
+			}
+		}
+	}
+	return tw.Close()
 }
 
-// UploadTar implements sandbox.Backend; the fake has no tar support.
+// UploadTar implements sandbox.Backend: the archive is read whole and
+// checked (relative, clean names), then its entries replace what is at
+// their paths under dir; nothing is followed (the fake has no links to
+// follow: a link is a file with fs.ModeSymlink).
 func (f *Fake) UploadTar(ctx context.Context, id, dir string, r io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error) {
-	return sandbox.TarStats{}, fmt.Errorf("fake backend: tar: %w", errors.ErrUnsupported)
+	type entry struct {
+		name string
+		ff   *fakeFile
+	}
+	var ents []entry
+	var st sandbox.TarStats
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return sandbox.TarStats{}, errdefs.Newf(errdefs.ErrInvalidArgument, "bad archive: %v", err)
+		}
+		name := strings.TrimSuffix(h.Name, "/")
+		if name == "" || path.IsAbs(name) || path.Clean(name) != name || name == ".." || strings.HasPrefix(name, "../") {
+			return sandbox.TarStats{}, errdefs.Newf(errdefs.ErrInvalidArgument, "bad archive: entry %q", h.Name)
+		}
+		ff := &fakeFile{mode: fs.FileMode(h.Mode).Perm(), uid: opts.UID, gid: opts.GID, mod: h.ModTime}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			ff.mode |= fs.ModeDir
+			st.Dirs++
+		case tar.TypeSymlink:
+			ff.mode |= fs.ModeSymlink
+			ff.data = []byte(h.Linkname)
+			st.Links++
+		case tar.TypeFifo:
+			ff.mode |= fs.ModeNamedPipe
+			st.Files++
+		case tar.TypeReg:
+			data, err := io.ReadAll(tr)
+			if err != nil {
+				return sandbox.TarStats{}, errdefs.Newf(errdefs.ErrInvalidArgument, "bad archive: %v", err)
+			}
+			ff.data = data
+			st.Files++
+			st.Bytes += int64(len(data))
+		default:
+			return sandbox.TarStats{}, errdefs.Newf(errdefs.ErrInvalidArgument, "bad archive: entry %q has type %q", h.Name, h.Typeflag)
+		}
+		ents = append(ents, entry{name, ff})
+	}
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	b, d, err := f.file(id, dir)
+	if err != nil {
+		return sandbox.TarStats{}, err
+	}
+	dir = path.Clean(dir)
+	if d == nil {
+		if !opts.MakeParents {
+			return sandbox.TarStats{}, errdefs.Newf(errdefs.ErrNotFound, "%s: no such directory", dir)
+		}
+		for p := dir; p != "/" && b.files[p] == nil; p = path.Dir(p) {
+			b.files[p] = &fakeFile{mode: fs.ModeDir | 0o755, uid: opts.UID, gid: opts.GID, mod: time.Now()}
+		}
+	} else if !d.mode.IsDir() {
+		return sandbox.TarStats{}, errdefs.Newf(errdefs.ErrInvalidArgument, "%s is not a directory", dir)
+	}
+	for _, e := range ents {
+		full := path.Join(dir, e.name)
+		if old := b.files[full]; old != nil && old.mode.IsDir() && e.ff.mode.IsDir() {
+			continue
+		}
+		b.files[full] = e.ff
+	}
+	return st, nil
 }

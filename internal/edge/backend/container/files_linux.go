@@ -176,8 +176,39 @@ func (b *Backend) DownloadTar(ctx context.Context, id, path string, w io.Writer)
 	})
 }
 
+// DownloadTarStats is DownloadTar that also says what the archive left
+// out (TarStats.Skipped: devices, sockets, files on kernel file systems),
+// with the file data bounded by maxBytes (0: the backend's bound); a grade
+// refuses what it cannot copy rather than copying less.
+func (b *Backend) DownloadTarStats(ctx context.Context, id, path string, w io.Writer, maxBytes int64) (sandbox.TarStats, error) {
+	if maxBytes <= 0 || b.cfg.MaxTarBytes > 0 && maxBytes > b.cfg.MaxTarBytes {
+		maxBytes = b.cfg.MaxTarBytes
+	}
+	var out sandbox.TarStats
+	err := b.withRoot(ctx, id, func(r box) error {
+		st, err := r.WriteTar(ctx, path, w, sandboxfs.TarOptions{
+			MapID:    func(u, g uint32) (uint32, uint32) { return r.ids.FromHost(u), r.ids.FromHost(g) },
+			MaxBytes: maxBytes,
+		})
+		out = sandbox.TarStats{Files: st.Files, Dirs: st.Dirs, Links: st.Links, Bytes: st.Bytes, Skipped: st.Skipped}
+		return err
+	})
+	return out, err
+}
+
 // UploadTar implements sandbox.Backend.
 func (b *Backend) UploadTar(ctx context.Context, id, dir string, rd io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error) {
+	return b.uploadTar(ctx, id, dir, rd, opts, false)
+}
+
+// UploadTarLinks is UploadTar that keeps symbolic links whatever their
+// targets (sandboxfs.ExtractOptions.LinksAnywhere), for a copy between
+// sandboxes.
+func (b *Backend) UploadTarLinks(ctx context.Context, id, dir string, rd io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error) {
+	return b.uploadTar(ctx, id, dir, rd, opts, true)
+}
+
+func (b *Backend) uploadTar(ctx context.Context, id, dir string, rd io.Reader, opts sandbox.TarOptions, linksAnywhere bool) (sandbox.TarStats, error) {
 	var out sandbox.TarStats
 	err := b.withRoot(ctx, id, func(r box) error {
 		hu, hg, err := r.hostIDs(opts.UID, opts.GID)
@@ -186,7 +217,7 @@ func (b *Backend) UploadTar(ctx context.Context, id, dir string, rd io.Reader, o
 		}
 		st, err := r.ExtractTar(ctx, dir, rd, sandboxfs.ExtractOptions{
 			UID: hu, GID: hg, MakeParents: opts.MakeParents, MaxBytes: b.cfg.MaxTarBytes,
-			SpoolDir: b.keeper.SandboxDir(id),
+			SpoolDir: b.keeper.SandboxDir(id), LinksAnywhere: linksAnywhere,
 		})
 		out = sandbox.TarStats{Files: st.Files, Dirs: st.Dirs, Links: st.Links, Bytes: st.Bytes, Skipped: st.Skipped}
 		return err

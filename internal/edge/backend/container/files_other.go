@@ -45,6 +45,14 @@ func (b *Backend) DownloadTar(ctx context.Context, id, path string, w io.Writer)
 	return errors.ErrUnsupported
 }
 
+func (b *Backend) DownloadTarStats(ctx context.Context, id, path string, w io.Writer, maxBytes int64) (sandbox.TarStats, error) {
+	return sandbox.TarStats{}, errors.ErrUnsupported
+}
+
+func (b *Backend) UploadTarLinks(ctx context.Context, id, dir string, r io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error) {
+	return sandbox.TarStats{}, errors.ErrUnsupported
+}
+
 func (b *Backend) UploadTar(ctx context.Context, id, dir string, r io.Reader, opts sandbox.TarOptions) (sandbox.TarStats, error) {
 	return sandbox.TarStats{}, errors.ErrUnsupported
 }
