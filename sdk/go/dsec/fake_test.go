@@ -75,7 +75,7 @@ type fake struct {
 	dirs    map[string][]*sandboxv1.FileInfo // ListDir answers by path
 
 	// Sessions and grading (issue 12).
-	sessions []*sandboxv1.Session       // ListSessions answers
+	sessions []*sandboxv1.Session         // ListSessions answers
 	grade    *sandboxv1.GradeFromResponse // GradeFrom answers
 }
 
