@@ -555,7 +555,7 @@ class SessionGradingTest(LiveTestCase):
             await sb.delete_session("main")
         self.assertEqual([s.name for s in await sb.list_sessions()], ["other"])
         journal = [e for e in await sb.list_execs() if e.session == "main"]
-        self.assertEqual(len(journal), 2)
+        self.assertGreaterEqual(len(journal), 2)
 
     async def test_sealed_and_grade_from(self):
         sb = await self.new_sandbox()
