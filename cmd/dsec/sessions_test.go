@@ -268,6 +268,24 @@ func TestGrade(t *testing.T) {
 	}
 }
 
+func TestExecsShowsSessionsAndSeals(t *testing.T) {
+	f := newFakeAPI()
+	addr := startFake(t, f)
+	f.mu.Lock()
+	f.execInfos = []*sandboxv1.ExecInfo{
+		{ExecId: "ex-1", Argv: []string{"true"}, StartedAt: fakeTime, Sealed: true, Exit: &sandboxv1.ExecExit{Sealed: true}},
+		{ExecId: "ex-2", Argv: []string{"/bin/bash"}, StartedAt: fakeTime, Session: "main", Exit: &sandboxv1.ExecExit{ExitCode: 1}},
+		{ExecId: "ex-3", Argv: []string{"/bin/bash"}, StartedAt: fakeTime, Session: "main", Exit: &sandboxv1.ExecExit{TimedOut: true, SessionLost: true}},
+	}
+	f.mu.Unlock()
+	out, _, code := dsecRun(t, addr, "", "execs", sbID)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 4 || !strings.Contains(lines[1], "exit 0, sealed") || !strings.Contains(lines[2], "exit 1, session main") ||
+		!strings.Contains(lines[3], "timed out, session main (shell lost)") {
+		t.Errorf("execs = %q, exit %d; want the sealed and session commands marked", out, code)
+	}
+}
+
 func TestSessionHelp(t *testing.T) {
 	for args, want := range map[string][]string{
 		"exec --help":       {"--session", "--shell", "--sealed", "--sealed=kill", "joined into one shell line"},
