@@ -492,7 +492,8 @@ class Sandbox:
         msg: Dict[str, Any] = {"sandboxId": self.id, "paths": plist}
         if isinstance(command, str):
             if not command:
-                raise errors.InvalidArgumentError("grade_from: empty shell command (example: \"cd /work && make test\")")
+                raise errors.InvalidArgumentError("grade_from: empty shell command "
+                                                  "(example: \"cd /work && make test\")")
             msg["shell"] = command
         else:
             argv = _wire.string_list(command, "the command")
