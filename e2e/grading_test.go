@@ -63,7 +63,7 @@ func testSDKSessions(t *testing.T, c *dsec.Client) {
 
 	// State carries over: cwd, environment, functions, aliases, a
 	// background job.
-	r := run(t, ss, `mkdir -p /tmp/w && cd /tmp/w && export FOO=bar && greet() { echo "hi $1"; } && alias ll='echo aliased' && sleep 60 & echo $! > /tmp/bgpid`)
+	r := run(t, ss, `mkdir -p /tmp/w && cd /tmp/w && export FOO=bar && greet() { echo "hi $1"; } && alias ll='echo aliased'; sleep 60 & echo $! > /tmp/bgpid`)
 	if r.ExitCode != 0 || r.SessionLost || r.SessionRestarted {
 		t.Fatalf("first command = %+v, stderr %q", r.ExitStatus, r.Stderr)
 	}
@@ -271,13 +271,13 @@ func testSealed(t *testing.T, p *platform, c *dsec.Client) {
 	ctx := ctxT(t)
 	sb := newSandbox(t, c, "sealed")
 	// An agent's service: a counter that runs on.
-	if _, err := sb.ExecDetached(ctx, dsec.ExecRequest{Shell: "i=0; while :; do i=$((i+1)); echo $i > /count; sleep 0.05; done"}); err != nil {
+	if _, err := sb.ExecDetached(ctx, dsec.ExecRequest{Shell: "i=0; while :; do i=$((i+1)); echo $i > /count.new && mv /count.new /count; sleep 0.05; done"}); err != nil {
 		t.Fatalf("ExecDetached: %v", err)
 	}
 	time.Sleep(300 * time.Millisecond)
 
 	// While a sealed command runs the service is frozen.
-	r, err := sb.Exec(ctx, []string{"sh", "-c", "a=$(cat /count); sleep 0.5; b=$(cat /count); echo $a $b; echo $PATH; test -d /.dsec/image && echo image"},
+	r, err := sb.Exec(ctx, []string{"sh", "-c", "a=$(cat /count); sleep 0.5; b=$(cat /count); echo $a $b; echo $PATH; if test -d /.dsec/image; then echo image; else echo no-image; fi"},
 		dsec.WithSealed(dsec.SealFreeze))
 	if err != nil {
 		t.Fatalf("sealed Exec: %v", err)
