@@ -143,6 +143,8 @@ func WithOutputLimit(n int64) ExecOption { return func(r *ExecRequest) { r.Outpu
 
 // WithSealed runs the command sealed: SealFreeze freezes the sandbox's other
 // processes while it runs, SealKill kills them (see ExecRequest.Sealed).
+// Trust the result only when its Sealed is set: a server older than sealed
+// execs ignores the request (dsec exec --sealed fails then).
 func WithSealed(s Seal) ExecOption { return func(r *ExecRequest) { r.Sealed = s } }
 
 // ExitStatus is how a command ended. A command that ran and failed is not
