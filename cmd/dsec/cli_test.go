@@ -47,6 +47,8 @@ type fakeAPI struct {
 	tars      map[string][]byte // by path
 	stdin     chan *sandboxv1.WriteStdinRequest
 	events    []*sandboxv1.Event
+	sessions  []*sandboxv1.Session         // ListSessions answers
+	grade     *sandboxv1.GradeFromResponse // GradeFrom answers
 }
 
 func newFakeAPI() *fakeAPI {
@@ -121,7 +123,7 @@ func (f *fakeAPI) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecR
 	if req.Msg.GetDetach() {
 		return nil
 	}
-	if req.Msg.GetArgv()[0] == "sleep" {
+	if argv := req.Msg.GetArgv(); len(argv) > 0 && argv[0] == "sleep" {
 		if err := stream.Send(&sandboxv1.ExecResponse{Event: &sandboxv1.ExecResponse_Output{Output: &sandboxv1.OutputChunk{
 			Stream: sandboxv1.Stream_STREAM_STDOUT, Data: []byte("sleeping\n")}}}); err != nil {
 			return err

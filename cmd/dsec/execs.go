@@ -70,8 +70,10 @@ func newExecsCmd(g *globalFlags) *cobra.Command {
 		Short: "List the commands run in a sandbox",
 		Long: `List a sandbox's command journal, oldest first: exec ID, command, when it
 started, its status (running, exit N, signal N, timed out, or lost when its
-end was not observed), and the bytes of stdout and stderr kept (the offsets
-dsec attach can replay from).`,
+end was not observed; then ", sealed" for a sealed command and ", session
+NAME" for one of a shell session, "(shell lost)" when it ended its session's
+shell), and the bytes of stdout and stderr kept (the offsets dsec attach can
+replay from).`,
 		Example: `  dsec execs ID
   dsec execs -o json ID`,
 		Args: cobra.ExactArgs(1),
@@ -115,8 +117,24 @@ dsec attach can replay from).`,
 	return cmd
 }
 
-// execStatus describes how an exec ended, or that it runs.
+// execStatus describes how an exec ended, or that it runs, and whether it
+// ran sealed or in a session.
 func execStatus(e dsec.ExecInfo) string {
+	s := execEnd(e)
+	if e.Sealed {
+		s += ", sealed"
+	}
+	if e.Session != "" {
+		s += ", session " + e.Session
+		if e.Exit != nil && e.Exit.SessionLost {
+			s += " (shell lost)"
+		}
+	}
+	return s
+}
+
+// execEnd describes how an exec ended, or that it runs.
+func execEnd(e dsec.ExecInfo) string {
 	st := e.Exit
 	switch {
 	case e.Running || st == nil:

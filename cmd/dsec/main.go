@@ -95,6 +95,8 @@ Start the platform on this machine with "dsec up -d", then:
 		newExecCmd(g),
 		newAttachCmd(g),
 		newExecsCmd(g),
+		newSessionCmd(g),
+		newGradeCmd(g),
 		newKillCmd(g),
 		newPsCmd(g),
 		newStatsCmd(g),

@@ -204,6 +204,7 @@ func newExecCmd(g *globalFlags) *cobra.Command {
 		timeout             time.Duration
 		detach, stdinF, tty bool
 		outputLimit         string
+		sf                  sessionFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD...",
@@ -223,13 +224,34 @@ and window size changes follow; the terminal is restored when dsec returns.
 With -d, the server starts the command detached: dsec prints its exec ID and
 returns while it runs on (dsec attach ID EXEC_ID follows it later).
 
+With --session NAME, the command words are joined into one shell line run in
+the sandbox's shell session NAME, made on first use (/bin/bash when the image
+has it, else /bin/sh; --shell chooses): cwd, environment, functions, aliases
+and background jobs carry over to the session's next command. Each command
+still has its own exec ID, stdout, stderr and exit code. A session runs one
+command at a time. When a command's shell was lost (its --timeout's grace
+period passed, it ended the shell, or the session was deleted) or it ran in a
+new shell that replaced a lost one, dsec says so on standard error. dsec
+session ls and dsec session rm list and end sessions.
+
+With --sealed, every other process of the sandbox is frozen while the command
+runs and thawed afterwards (--sealed=kill kills them instead); the command
+runs in the sandbox's mount and pid view as recorded at create, with the
+platform's read-only tools first on PATH (/.dsec/bin) and the image's
+original layers read-only at /.dsec/image, out of reach of the sandbox's
+processes. For graders (see also dsec grade). A result the server does not
+report as sealed is an error.
+
 Ctrl-C (SIGINT), SIGTERM and SIGHUP are passed to the command; a second one
 stops following it (it runs on).`,
 		Example: `  dsec exec ID -- ls -l /
   dsec exec -w /tmp -e A=1 ID -- sh -c 'echo $A > a'
   echo data | dsec exec -i ID -- cat
   dsec exec -it ID -- /bin/sh
-  dsec exec -d ID -- make -j4`,
+  dsec exec -d ID -- make -j4
+  dsec exec --session main ID -- 'cd /work && export MODE=test'
+  dsec exec --session main ID -- 'pwd; echo $MODE'
+  dsec exec --sealed ID -- /.dsec/bin/sh -c 'cd /work && ./run-tests'`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e, err := parseKV("--env", env)
@@ -250,6 +272,9 @@ stops following it (it runs on).`,
 				}
 			}
 			req := dsec.ExecRequest{Argv: argv, Env: e, Cwd: workdir, User: user, Timeout: timeout}
+			if err := sf.apply(&req, stdinF, tty); err != nil {
+				return err
+			}
 			if outputLimit != "" {
 				if req.OutputLimit, err = dsec.ParseSize(outputLimit); err != nil {
 					return usageErrorf("--output-limit: %v", err)
@@ -274,10 +299,16 @@ stops following it (it runs on).`,
 				s.stdin = cmd.InOrStdin()
 			}
 			st, err := s.run(cmd.Context())
+			if err == nil {
+				if err := sf.check(cmd.ErrOrStderr(), sb.ID, st); err != nil {
+					return err
+				}
+			}
 			return exitOf(sb.ID, st, err)
 		},
 	}
 	f := cmd.Flags()
+	sf.register(f)
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringVarP(&workdir, "workdir", "w", "", "working directory (default: the sandbox's)")
 	f.StringVarP(&user, "user", "u", "", "user: NAME, UID or UID:GID (default: the sandbox's)")

@@ -39,6 +39,23 @@
 // a command that runs on by itself; Attach follows any command again by its
 // exec ID, from byte offsets of its output, and ListExecs lists them all.
 //
+// # Sessions and grading
+//
+// Sandbox.Session names a shell that lives on between commands, so that
+// cwd, environment, functions and background jobs carry over, while each
+// command keeps its own exec ID, output and exit code:
+//
+//	ss := sb.Session("main")
+//	_, err = ss.Run(ctx, "cd /work && export MODE=test")
+//	res, err = ss.Run(ctx, "pwd; echo $MODE") // "/work\ntest\n"
+//
+// A result's SessionLost and SessionRestarted say when a session's shell was
+// lost and replaced. For graders of untrusted work, WithSealed runs a
+// command with the sandbox's other processes frozen (or killed) and the
+// platform's own tools first on PATH, and GradeFrom copies chosen paths into
+// a fresh sandbox of the original image and runs the grader there
+// (docs/grading.md in the repository says when to use which).
+//
 // # Files
 //
 // ReadFile, WriteFile, Download and Upload move single files; Stat,

@@ -50,6 +50,58 @@ type ExecRequest struct {
 	// Detach asks the server to answer right after the command started;
 	// ExecDetached sets it, ExecStream refuses it.
 	Detach bool
+	// Session runs Shell (Argv is refused) in the sandbox's shell session
+	// of this name, made on first use: cwd, environment, functions,
+	// aliases and background jobs carry from one command to the next.
+	// Names are 1-64 of [A-Za-z0-9_.-]. A command sent to a session that
+	// is running one fails with ErrFailedPrecondition. See Sandbox.Session.
+	Session string
+	// SessionShell is the shell of a new session (default /bin/bash when
+	// the image has it, else /bin/sh); ignored for a session that exists.
+	SessionShell string
+	// Sealed runs the command sealed (SealFreeze or SealKill): the
+	// sandbox's other processes are frozen (or killed) while it runs, it
+	// runs in the sandbox's mount and pid view as recorded at create with
+	// the platform's read-only tools first on PATH (/.dsec/bin) and the
+	// image's original layers read-only at /.dsec/image, and nothing of the
+	// sandbox can ptrace or signal it. For graders of untrusted work.
+	Sealed Seal
+}
+
+// Seal says whether and how a command runs sealed (ExecRequest.Sealed).
+type Seal int
+
+const (
+	// SealNone runs the command as usual.
+	SealNone Seal = iota
+	// SealFreeze freezes the sandbox's other processes for the command's
+	// duration and thaws them afterwards: an agent's services survive.
+	SealFreeze
+	// SealKill kills the sandbox's other processes instead.
+	SealKill
+)
+
+// String returns "none", "freeze" or "kill".
+func (s Seal) String() string {
+	switch s {
+	case SealNone:
+		return "none"
+	case SealFreeze:
+		return "freeze"
+	case SealKill:
+		return "kill"
+	}
+	return fmt.Sprintf("Seal(%d)", int(s))
+}
+
+func (s Seal) proto() sandboxv1.Seal {
+	switch s {
+	case SealFreeze:
+		return sandboxv1.Seal_SEAL_FREEZE
+	case SealKill:
+		return sandboxv1.Seal_SEAL_KILL
+	}
+	return sandboxv1.Seal_SEAL_UNSPECIFIED
 }
 
 // ExecOption changes an ExecRequest.
@@ -89,6 +141,12 @@ func WithStdinOpen() ExecOption { return func(r *ExecRequest) { r.StdinOpen = tr
 // WithOutputLimit caps each of the command's output streams at n bytes.
 func WithOutputLimit(n int64) ExecOption { return func(r *ExecRequest) { r.OutputLimit = n } }
 
+// WithSealed runs the command sealed: SealFreeze freezes the sandbox's other
+// processes while it runs, SealKill kills them (see ExecRequest.Sealed).
+// Trust the result only when its Sealed is set: a server older than sealed
+// execs ignores the request (dsec exec --sealed fails then).
+func WithSealed(s Seal) ExecOption { return func(r *ExecRequest) { r.Sealed = s } }
+
 // ExitStatus is how a command ended. A command that ran and failed is not
 // an error: look at ExitCode, Signal, TimedOut and OOMKilled.
 type ExitStatus struct {
@@ -112,6 +170,17 @@ type ExitStatus struct {
 	// restarted while it ran); it may have ended any way, and the other
 	// fields say nothing.
 	Lost bool
+	// Sealed: the command ran sealed (ExecRequest.Sealed).
+	Sealed bool
+	// SessionLost: the command's session shell ended (its timeout's grace
+	// period passed, the command ended the shell, the session was deleted,
+	// or the node's keeper restarted). The session's state is gone; its
+	// next command gets a new shell.
+	SessionLost bool
+	// SessionRestarted: the command ran in a new shell that replaced a lost
+	// one, so state set by the session's earlier commands (cwd,
+	// environment, jobs) is gone.
+	SessionRestarted bool
 }
 
 // Code returns the exit code a shell reports for the command, as the CLI
@@ -215,6 +284,19 @@ func (s *Sandbox) checkExec(req ExecRequest) error {
 	if req.OutputLimit < 0 {
 		return newError(ErrInvalidArgument, "exec: output limit %d is negative", req.OutputLimit)
 	}
+	if req.Sealed < SealNone || req.Sealed > SealKill {
+		return newError(ErrInvalidArgument, "exec: %v is not a seal (SealNone, SealFreeze or SealKill)", req.Sealed)
+	}
+	if req.Session != "" {
+		if err := checkSessionName(req.Session); err != nil {
+			return err
+		}
+		if len(req.Argv) > 0 {
+			return newError(ErrInvalidArgument, "exec: a session runs shell lines, not argv: give the command as Shell (example: Shell: \"cd /tmp && ls\")")
+		}
+	} else if req.SessionShell != "" {
+		return newError(ErrInvalidArgument, "exec: SessionShell %.80q without a Session: name the session too", req.SessionShell)
+	}
 	return nil
 }
 
@@ -295,14 +377,17 @@ func (s *Sandbox) follow(ctx context.Context, events *execEvents, execID string,
 
 func exitStatus(execID string, e *sandboxv1.ExecExit) *ExitStatus {
 	st := &ExitStatus{
-		ExecID:          execID,
-		ExitCode:        int(e.GetExitCode()),
-		Signal:          int(e.GetSignal()),
-		TimedOut:        e.GetTimedOut(),
-		OOMKilled:       e.GetOomKilled(),
-		StdoutTruncated: e.GetStdoutTruncated(),
-		StderrTruncated: e.GetStderrTruncated(),
-		Lost:            e.GetLost(),
+		ExecID:           execID,
+		ExitCode:         int(e.GetExitCode()),
+		Signal:           int(e.GetSignal()),
+		TimedOut:         e.GetTimedOut(),
+		OOMKilled:        e.GetOomKilled(),
+		StdoutTruncated:  e.GetStdoutTruncated(),
+		StderrTruncated:  e.GetStderrTruncated(),
+		Lost:             e.GetLost(),
+		Sealed:           e.GetSealed(),
+		SessionLost:      e.GetSessionLost(),
+		SessionRestarted: e.GetSessionRestarted(),
 	}
 	if e.GetDuration() != nil {
 		st.Duration = e.GetDuration().AsDuration()
@@ -319,20 +404,23 @@ func streamName(s sandboxv1.Stream) string {
 
 func (s *Sandbox) execRequest(req ExecRequest) *sandboxv1.ExecRequest {
 	return &sandboxv1.ExecRequest{
-		SandboxId:   s.ID,
-		Argv:        req.Argv,
-		Shell:       req.Shell,
-		Env:         req.Env,
-		Cwd:         req.Cwd,
-		User:        req.User,
-		Stdin:       req.Stdin,
-		Timeout:     optDuration(req.Timeout),
-		StdinOpen:   req.StdinOpen,
-		Tty:         req.TTY,
-		Rows:        uint32(req.Rows),
-		Cols:        uint32(req.Cols),
-		OutputLimit: req.OutputLimit,
-		Detach:      req.Detach,
+		SandboxId:    s.ID,
+		Argv:         req.Argv,
+		Shell:        req.Shell,
+		Env:          req.Env,
+		Cwd:          req.Cwd,
+		User:         req.User,
+		Stdin:        req.Stdin,
+		Timeout:      optDuration(req.Timeout),
+		StdinOpen:    req.StdinOpen,
+		Tty:          req.TTY,
+		Rows:         uint32(req.Rows),
+		Cols:         uint32(req.Cols),
+		OutputLimit:  req.OutputLimit,
+		Detach:       req.Detach,
+		Session:      req.Session,
+		SessionShell: req.SessionShell,
+		Sealed:       req.Sealed.proto(),
 	}
 }
 

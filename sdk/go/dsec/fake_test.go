@@ -73,6 +73,10 @@ type fake struct {
 	tars    map[string][]byte // UploadTar archives by sandbox ID + dir
 	tarHead *sandboxv1.UploadTarHeader
 	dirs    map[string][]*sandboxv1.FileInfo // ListDir answers by path
+
+	// Sessions and grading (issue 12).
+	sessions []*sandboxv1.Session         // ListSessions answers
+	grade    *sandboxv1.GradeFromResponse // GradeFrom answers
 }
 
 type seenRequest struct {
@@ -754,4 +758,39 @@ func (f *fake) UploadTar(_ context.Context, stream *connect.ClientStream[sandbox
 	f.tarHead = header
 	f.tars[header.GetSandboxId()+header.GetPath()] = buf.Bytes()
 	return connect.NewResponse(resp), nil
+}
+
+func (f *fake) ListSessions(_ context.Context, req *connect.Request[sandboxv1.ListSessionsRequest]) (*connect.Response[sandboxv1.ListSessionsResponse], error) {
+	f.recordCall(req.Msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.sandbox(req.Msg.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&sandboxv1.ListSessionsResponse{Sessions: f.sessions}), nil
+}
+
+// DeleteSession removes the named session from f.sessions, NotFound when
+// it is not there.
+func (f *fake) DeleteSession(_ context.Context, req *connect.Request[sandboxv1.DeleteSessionRequest]) (*connect.Response[sandboxv1.DeleteSessionResponse], error) {
+	f.recordCall(req.Msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, s := range f.sessions {
+		if s.GetName() == req.Msg.GetName() {
+			f.sessions = append(f.sessions[:i:i], f.sessions[i+1:]...)
+			return connect.NewResponse(&sandboxv1.DeleteSessionResponse{}), nil
+		}
+	}
+	return nil, connect.NewError(connect.CodeNotFound, errors.New("session "+req.Msg.GetName()+" of sandbox "+req.Msg.GetSandboxId()+": not found"))
+}
+
+func (f *fake) GradeFrom(_ context.Context, req *connect.Request[sandboxv1.GradeFromRequest]) (*connect.Response[sandboxv1.GradeFromResponse], error) {
+	f.recordCall(req.Msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.sandbox(req.Msg.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(f.grade), nil
 }

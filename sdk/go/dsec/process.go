@@ -242,6 +242,10 @@ type ExecInfo struct {
 	// offsets up to which Attach can replay them.
 	StdoutBytes int64
 	StderrBytes int64
+	// Session is the session the command ran in, if any.
+	Session string
+	// Sealed: the command ran sealed.
+	Sealed bool
 }
 
 // ListExecs returns the sandbox's command journal: every exec and its
@@ -264,6 +268,8 @@ func (s *Sandbox) ListExecs(ctx context.Context) ([]ExecInfo, error) {
 			Running:     e.GetRunning(),
 			StdoutBytes: e.GetStdoutBytes(),
 			StderrBytes: e.GetStderrBytes(),
+			Session:     e.GetSession(),
+			Sealed:      e.GetSealed(),
 		}
 		if e.GetExit() != nil {
 			info.Exit = exitStatus(e.GetExecId(), e.GetExit())

@@ -30,14 +30,16 @@ from .errors import (AlreadyExistsError, ArchiveError, CapabilityMissingError, D
                      PermissionDeniedError, ResourceExhaustedError, UnauthenticatedError, UnavailableError)
 from .types import (BatchResult, DirListing, Event, ExecInfo, ExecResult, ExitStatus, FileInfo, Image,  # noqa: E402
                     ImageConfig, Key, Layer, OutputChunk, Resources, Stats, TarStats)
+from .types import GradeResult, SessionInfo  # noqa: E402
 from .config import Config, load_config  # noqa: E402
 from .pack import Pack  # noqa: E402
-from .sandbox import Process, Sandbox  # noqa: E402
+from .sandbox import Process, Sandbox, Session  # noqa: E402
 from .client import DSecClient, DSecContainerRunArgs, WatchStream, parse_size  # noqa: E402
 from .types import DiskUsage, GCResult, ImageDetails, KeptLayer, LayerUsage, Project, ProjectLimits  # noqa: E402
 
 __all__ = [
-    "DSecClient", "DSecContainerRunArgs", "Sandbox", "Process", "WatchStream", "parse_size",
+    "DSecClient", "DSecContainerRunArgs", "Sandbox", "Process", "Session", "WatchStream", "parse_size",
+    "SessionInfo", "GradeResult",
     "Config", "load_config",
     "ExecResult", "ExitStatus", "OutputChunk", "ExecInfo", "FileInfo", "DirListing", "TarStats", "Stats",
     "Event", "BatchResult", "Resources", "Image", "ImageConfig", "Layer", "Key",

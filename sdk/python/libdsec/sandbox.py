@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import inspect
 import os
+import re
 from typing import (TYPE_CHECKING, Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, Sequence, Union)
 
 from . import _tar, _wire, errors
 from ._transport import NoRetry, ServerStream, Transport
 from .pack import Pack
-from .types import (DirListing, ExecInfo, ExecResult, ExitStatus, FileInfo, OutputChunk, Resources, Stats,
-                    TarStats)
+from .types import (DirListing, ExecInfo, ExecResult, ExitStatus, FileInfo, GradeResult, OutputChunk, Resources,
+                    SessionInfo, Stats, TarStats)
 
 if TYPE_CHECKING:
     from .client import DSecClient
 
-__all__ = ["Sandbox", "Process"]
+__all__ = ["Sandbox", "Process", "Session"]
 
 _SVC = "dsec.sandbox.v1.SandboxService/"
 _CHUNK = 1 << 20
@@ -25,6 +27,29 @@ _CHUNK = 1 << 20
 _STATES = {1: "creating", 2: "running", 3: "paused", 4: "exited", 5: "failed", 6: "deleted"}
 
 Command = Union[str, Sequence[str]]
+# How a command runs sealed: False/None (not), True or "freeze" (the
+# sandbox's other processes frozen while it runs), "kill" (killed).
+Sealed = Union[bool, str, None]
+
+_SESSION_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _seal(sealed: Sealed) -> Optional[str]:
+    if sealed is None or sealed is False:
+        return None
+    if sealed is True or sealed == "freeze":
+        return "SEAL_FREEZE"
+    if sealed == "kill":
+        return "SEAL_KILL"
+    raise errors.InvalidArgumentError("sealed=%r: use True (or \"freeze\") to freeze the sandbox's other processes "
+                                      "while the command runs, or \"kill\" to kill them" % (sealed,))
+
+
+def _check_session_name(name: Any) -> str:
+    if not isinstance(name, str) or not _SESSION_NAME.fullmatch(name):
+        raise errors.InvalidArgumentError("session name %.80r: use 1 to 64 of A-Z, a-z, 0-9, _, . and - "
+                                          "(example: \"main\")" % (name,))
+    return name
 Data = Union[bytes, bytearray, memoryview, str]
 # What uploads read: bytes, a binary file object (read(n), sync or async),
 # or an iterable or async iterable of bytes.
@@ -205,7 +230,9 @@ class Sandbox:
 
     def _exec_msg(self, command: Command, env: Optional[Mapping[str, str]], cwd: Optional[str],
                   user: Optional[str], stdin: Optional[Data], timeout: Optional[_wire.Seconds], stdin_open: bool,
-                  tty: bool, rows: int, cols: int, output_limit: Optional[int], detach: bool) -> Dict[str, Any]:
+                  tty: bool, rows: int, cols: int, output_limit: Optional[int], detach: bool,
+                  sealed: Sealed = None, session: Optional[str] = None,
+                  session_shell: Optional[str] = None) -> Dict[str, Any]:
         msg: Dict[str, Any] = {"sandboxId": self.id}
         if isinstance(command, str):
             if not command:
@@ -246,12 +273,23 @@ class Sandbox:
             msg["outputLimit"] = str(output_limit)
         if detach:
             msg["detach"] = True
+        seal = _seal(sealed)
+        if seal:
+            msg["sealed"] = seal
+        if session is not None:
+            msg["session"] = _check_session_name(session)
+            if "argv" in msg:
+                raise errors.InvalidArgumentError("a session runs shell lines, not argv lists: give the command as "
+                                                  "one string (example: \"cd /tmp && ls\")")
+            if session_shell:
+                msg["sessionShell"] = str(session_shell)
         return msg
 
     async def start(self, command: Command, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
                     user: Optional[str] = None, stdin: Optional[Data] = None,
                     timeout: Optional[_wire.Seconds] = None, stdin_open: bool = False, tty: bool = False,
-                    rows: int = 0, cols: int = 0, output_limit: Optional[int] = None) -> "Process":
+                    rows: int = 0, cols: int = 0, output_limit: Optional[int] = None,
+                    sealed: Sealed = None) -> "Process":
         """Start a command and return once it runs, as a :class:`Process`
         whose output is read by iterating it (``async for chunk in proc``)
         and whose end is ``await proc.wait()``.
@@ -273,9 +311,20 @@ class Sandbox:
             output_limit: cap of each output stream in bytes (default 16
                 MiB); past it the command runs on, the rest is dropped and
                 the result says so.
+            sealed: True (or "freeze") runs the command sealed: every other
+                process of the sandbox is frozen while it runs and thawed
+                afterwards ("kill" kills them instead); it runs in the
+                sandbox's mount and pid view as recorded at create, with the
+                platform's read-only tools first on PATH (/.dsec/bin) and the
+                image's original layers read-only at /.dsec/image, and
+                nothing of the sandbox can ptrace or signal it. The result
+                then says ``sealed``. For graders.
         """
         msg = self._exec_msg(command, env, cwd, user, stdin, timeout, stdin_open, tty, rows, cols, output_limit,
-                             False)
+                             False, sealed=sealed)
+        return await self._start_msg(msg)
+
+    async def _start_msg(self, msg: Dict[str, Any]) -> "Process":
         stream = await self._t.server_stream(_SVC + "Exec", msg)
         proc = Process(self, stream, "")
         await proc._await_start()
@@ -283,14 +332,15 @@ class Sandbox:
 
     async def exec(self, command: Command, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
                    user: Optional[str] = None, stdin: Optional[Data] = None,
-                   timeout: Optional[_wire.Seconds] = None, output_limit: Optional[int] = None) -> ExecResult:
+                   timeout: Optional[_wire.Seconds] = None, output_limit: Optional[int] = None,
+                   sealed: Sealed = None) -> ExecResult:
         """Run a command, wait for it and return its output and exit status.
         A string runs with ``/bin/sh -c``, a list directly; the other
         arguments are those of :meth:`start`. A command that fails is not an
         error: look at ``exit_code``, ``signal``, ``timed_out``, or call
         ``result.check()``."""
         proc = await self.start(command, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
-                                output_limit=output_limit)
+                                output_limit=output_limit, sealed=sealed)
         return await proc.wait()
 
     async def run_shell(self, command: str, **kwargs: Any) -> ExecResult:
@@ -303,13 +353,14 @@ class Sandbox:
     async def exec_detached(self, command: Command, *, env: Optional[Mapping[str, str]] = None,
                             cwd: Optional[str] = None, user: Optional[str] = None, stdin: Optional[Data] = None,
                             timeout: Optional[_wire.Seconds] = None, stdin_open: bool = False, tty: bool = False,
-                            rows: int = 0, cols: int = 0, output_limit: Optional[int] = None) -> str:
+                            rows: int = 0, cols: int = 0, output_limit: Optional[int] = None,
+                            sealed: Sealed = None) -> str:
         """Start a command in the background and return its exec ID as soon
         as it runs. Its output is kept in the sandbox: follow it with
         :meth:`attach`, list it with :meth:`list_execs`. Arguments are those
         of :meth:`start`."""
         msg = self._exec_msg(command, env, cwd, user, stdin, timeout, stdin_open, tty, rows, cols, output_limit,
-                             True)
+                             True, sealed=sealed)
         stream = await self._t.server_stream(_SVC + "Exec", msg)
         proc = Process(self, stream, "")
         try:
@@ -377,6 +428,110 @@ class Sandbox:
         resp = await self._t.unary(_SVC + "ListExecs", {"sandboxId": self.id}, timeout=self._timeout(timeout),
                                    safe=True)
         return [ExecInfo._from_json(e) for e in resp.get("execs") or []]
+
+    # --- sessions and grading ---------------------------------------------
+
+    async def session(self, name: str, *, shell: Optional[str] = None) -> "Session":
+        """Return the sandbox's shell session called name (1 to 64 of
+        A-Z, a-z, 0-9, ``_``, ``.`` and ``-``), without calling the server:
+        the session is made by its first command, with shell (default
+        /bin/bash when the image has it, else /bin/sh)."""
+        return Session(self, _check_session_name(name), shell)
+
+    async def list_sessions(self, *, timeout: Optional[float] = None) -> List[SessionInfo]:
+        """Return the sandbox's shell sessions, by name."""
+        resp = await self._t.unary(_SVC + "ListSessions", {"sandboxId": self.id}, timeout=self._timeout(timeout),
+                                   safe=True)
+        return [SessionInfo._from_json(m) for m in resp.get("sessions") or []]
+
+    async def delete_session(self, name: str, *, timeout: Optional[float] = None) -> None:
+        """End the sandbox's session called name: its shell and every
+        process it started are killed; a command running in it ends with
+        session_lost. A session that does not exist raises NotFoundError."""
+        await self._t.unary(_SVC + "DeleteSession", {"sandboxId": self.id, "name": _check_session_name(name)},
+                            timeout=self._timeout(timeout), safe=False)
+
+    async def grade_from(self, paths: Iterable[str], command: Command, *, image: Optional[str] = None,
+                         env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                         user: Optional[str] = None, timeout: Optional[_wire.Seconds] = None,
+                         output_limit: Optional[int] = None, memory: Optional[int] = None,
+                         cpus: Optional[float] = None, max_copy_bytes: Optional[int] = None,
+                         call_timeout: Optional[float] = None) -> GradeResult:
+        """Judge the sandbox's work outside its reach: the server makes a
+        fresh sandbox from this sandbox's original image (its layers, not
+        what the sandbox wrote; or image), copies only paths (absolute; a
+        directory with everything below it) from this sandbox to the same
+        paths there (regular files and directories; symbolic links are
+        copied as links, never followed; anything else is refused), runs
+        command there (a string with ``/bin/sh -c``, a list directly),
+        deletes it and returns the result. This sandbox is not changed. A
+        command that fails is not an error: look at the result's code.
+
+        Args:
+            timeout: seconds after which the grading command is killed
+                (default 10 minutes).
+            memory, cpus: the grading sandbox's resources (default: this
+                sandbox's).
+            max_copy_bytes: most bytes copied (default 1 GiB); beyond it the
+                call fails.
+            call_timeout: deadline of the whole call (default: the command's
+                timeout plus a few minutes for the sandbox and the copy).
+        """
+        if isinstance(paths, str):
+            raise errors.InvalidArgumentError("grade_from: paths is a list of paths (example: [\"/work\"])")
+        plist = _wire.string_list(paths, "paths")
+        if not plist:
+            raise errors.InvalidArgumentError("grade_from: no paths to copy: name the sandbox's files or directories "
+                                              "to grade (example: [\"/work\"])")
+        if len(plist) > 256:
+            raise errors.InvalidArgumentError("grade_from: %d paths to copy; at most 256 (copy their common "
+                                              "directory instead)" % len(plist))
+        for p in plist:
+            if not p.startswith("/"):
+                raise errors.InvalidArgumentError("grade_from: path %.80r is not absolute (example: /work)" % p)
+        msg: Dict[str, Any] = {"sandboxId": self.id, "paths": plist}
+        if isinstance(command, str):
+            if not command:
+                raise errors.InvalidArgumentError("grade_from: empty shell command "
+                                                  "(example: \"cd /work && make test\")")
+            msg["shell"] = command
+        else:
+            argv = _wire.string_list(command, "the command")
+            if not argv:
+                raise errors.InvalidArgumentError("grade_from: empty command (example: [\"pytest\", \"-q\"])")
+            msg["argv"] = argv
+        if image:
+            msg["image"] = str(image)
+        if env:
+            msg["env"] = _wire.string_map(env, "env")
+        if cwd:
+            msg["cwd"] = cwd
+        if user:
+            msg["user"] = str(user)
+        t = _wire.seconds_of(timeout, "timeout")
+        if t is not None:
+            if t <= 0:
+                raise errors.InvalidArgumentError("grade_from: timeout %gs is not positive" % t)
+            msg["timeout"] = _wire.duration(t)
+        for name, v, key in (("output_limit", output_limit, "outputLimit"),
+                             ("max_copy_bytes", max_copy_bytes, "maxCopyBytes")):
+            if v is not None:
+                if v < 0:
+                    raise errors.InvalidArgumentError("grade_from: %s %d is negative" % (name, v))
+                msg[key] = str(int(v))
+        res: Dict[str, Any] = {}
+        if memory:
+            res["memoryBytes"] = str(int(memory))
+        if cpus:
+            res["cpus"] = float(cpus)
+        if res:
+            msg["resources"] = res
+        if call_timeout is None:
+            call_timeout = self._client._call_timeout(None)
+            if call_timeout is not None:
+                call_timeout = max(call_timeout, (t if t is not None else 600.0) + 300.0)
+        resp = await self._t.unary(_SVC + "GradeFrom", msg, timeout=call_timeout, safe=False)
+        return GradeResult._from_grade_json(resp)
 
     # --- files ------------------------------------------------------------
     # Paths are resolved in the sandbox's own view of its file system:
@@ -616,6 +771,80 @@ class Sandbox:
         await loop.run_in_executor(None, _tar.extract_spooled, sp, os.fspath(local_dir), _tar.base_of(remote_path))
 
 
+class Session:
+    """A named shell session of a sandbox (``await sandbox.session("main")``):
+    a shell that lives on between commands, so that cwd, environment,
+    functions, aliases and background jobs carry from one command to the
+    next. Each command still has its own exec ID, stdout, stderr and exit
+    code; a session runs one command at a time (another raises
+    FailedPreconditionError), and several sessions of a sandbox run
+    concurrently.
+
+    A command's timeout interrupts its foreground processes, then after a
+    grace period kills the shell: the result says ``session_lost``, and the
+    next command runs in a new shell and says ``session_restarted``.
+
+    Attributes:
+        sandbox: the sandbox.
+        name: the session's name.
+        shell: the shell it is made with on its first command (None: the
+            server's default).
+    """
+
+    def __init__(self, sandbox: Sandbox, name: str, shell: Optional[str] = None) -> None:
+        self.sandbox = sandbox
+        self.name = name
+        self.shell = shell
+
+    def __repr__(self) -> str:
+        return "Session(sandbox=%r, name=%r)" % (self.sandbox.id, self.name)
+
+    def _msg(self, command: str, env: Optional[Mapping[str, str]], cwd: Optional[str], user: Optional[str],
+             stdin: Optional[Data], timeout: Optional[_wire.Seconds], output_limit: Optional[int],
+             detach: bool) -> Dict[str, Any]:
+        if not isinstance(command, str):
+            raise errors.InvalidArgumentError("a session runs shell lines: give the command as one string "
+                                              "(example: \"cd /tmp && ls\")")
+        return self.sandbox._exec_msg(command, env, cwd, user, stdin, timeout, False, False, 0, 0, output_limit,
+                                      detach, session=self.name, session_shell=self.shell)
+
+    async def start(self, command: str, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                    user: Optional[str] = None, stdin: Optional[Data] = None,
+                    timeout: Optional[_wire.Seconds] = None, output_limit: Optional[int] = None) -> "Process":
+        """Start the shell line command in the session and return once it
+        runs, as a :class:`Process` (see :meth:`Sandbox.start`)."""
+        return await self.sandbox._start_msg(self._msg(command, env, cwd, user, stdin, timeout, output_limit,
+                                                       False))
+
+    async def run(self, command: str, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                  user: Optional[str] = None, stdin: Optional[Data] = None,
+                  timeout: Optional[_wire.Seconds] = None, output_limit: Optional[int] = None) -> ExecResult:
+        """Run the shell line command in the session, wait for it and return
+        its output and exit status (with ``session_lost`` and
+        ``session_restarted``). A command that fails is not an error."""
+        proc = await self.start(command, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
+                                output_limit=output_limit)
+        return await proc.wait()
+
+    async def run_detached(self, command: str, *, env: Optional[Mapping[str, str]] = None,
+                           cwd: Optional[str] = None, user: Optional[str] = None, stdin: Optional[Data] = None,
+                           timeout: Optional[_wire.Seconds] = None, output_limit: Optional[int] = None) -> str:
+        """Start the shell line command in the session and return its exec
+        ID at once; follow it with :meth:`Sandbox.attach`."""
+        msg = self._msg(command, env, cwd, user, stdin, timeout, output_limit, True)
+        stream = await self.sandbox._t.server_stream(_SVC + "Exec", msg)
+        proc = Process(self.sandbox, stream, "")
+        try:
+            await proc._await_start()
+        finally:
+            await proc.close()
+        return proc.exec_id
+
+    async def delete(self, *, timeout: Optional[float] = None) -> None:
+        """End the session (see :meth:`Sandbox.delete_session`)."""
+        await self.sandbox.delete_session(self.name, timeout=timeout)
+
+
 class Process:
     """A running (or ended) command: iterate it for its output, wait for its
     end, write its input, resize its terminal, signal it.
@@ -755,10 +984,8 @@ class Process:
             (err if chunk.stream == "stderr" else out).extend(chunk.data)
         assert self.exit is not None
         st = self.exit
-        return ExecResult(exec_id=st.exec_id, exit_code=st.exit_code, signal=st.signal, timed_out=st.timed_out,
-                          oom_killed=st.oom_killed, stdout_truncated=st.stdout_truncated,
-                          stderr_truncated=st.stderr_truncated, duration=st.duration, lost=st.lost,
-                          stdout_bytes=bytes(out), stderr_bytes=bytes(err))
+        fields = {f.name: getattr(st, f.name) for f in dataclasses.fields(ExitStatus)}
+        return ExecResult(**fields, stdout_bytes=bytes(out), stderr_bytes=bytes(err))
 
     async def write_stdin(self, data: Data, close: bool = False) -> None:
         """Write to the command's standard input (started with stdin_open or

@@ -30,10 +30,10 @@ from . import client as _client
 from .client import DSecContainerRunArgs, parse_size
 from . import errors as _errors
 from .errors import *  # noqa: F401,F403  (the same exceptions)
-from .sandbox import Process as _AProcess, Sandbox as _ASandbox
+from .sandbox import Process as _AProcess, Sandbox as _ASandbox, Session as _ASession
 from .types import BatchResult, Event
 
-__all__ = ["DSecClient", "DSecContainerRunArgs", "Sandbox", "Process", "WatchStream", "parse_size"] + list(
+__all__ = ["DSecClient", "DSecContainerRunArgs", "Sandbox", "Process", "Session", "WatchStream", "parse_size"] + list(
     _errors.__all__)
 
 T = TypeVar("T")
@@ -132,6 +132,8 @@ def _wrap(loop: _Loop, v: Any) -> Any:
         return Sandbox(loop, v)
     if isinstance(v, _AProcess):
         return Process(loop, v)
+    if isinstance(v, _ASession):
+        return Session(loop, v)
     if isinstance(v, _client.WatchStream):
         return WatchStream(loop, v)
     if isinstance(v, list):
@@ -152,6 +154,11 @@ class Sandbox(_Wrapper):
 
     def __exit__(self, *exc: Any) -> None:
         self._loop.run(self._target.__aexit__(*exc))
+
+
+class Session(_Wrapper):
+    """A shell session of a sandbox (``sandbox.session("main")``); see
+    :class:`libdsec.Session`: ``session.run("cd /tmp")``."""
 
 
 class Process(_Wrapper):

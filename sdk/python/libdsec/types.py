@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Resources", "ExitStatus", "ExecResult", "OutputChunk", "ExecInfo", "FileInfo", "DirListing",
-    "TarStats", "Stats", "Event", "BatchResult", "Layer", "ImageConfig", "Image", "Key",
+    "TarStats", "Stats", "Event", "BatchResult", "Layer", "ImageConfig", "Image", "Key", "SessionInfo",
+    "GradeResult",
 ]
 
 
@@ -61,6 +62,14 @@ class ExitStatus:
         duration: how long it ran, in seconds.
         lost: its end was not observed (its node's keeper restarted while it
             ran); the other fields say nothing.
+        sealed: it ran sealed (``exec(..., sealed=True)``).
+        session_lost: its session's shell ended (its timeout's grace period
+            passed, it ended the shell, the session was deleted, or the
+            keeper restarted): the session's state is gone and its next
+            command gets a new shell.
+        session_restarted: it ran in a new shell that replaced a lost one:
+            state set by the session's earlier commands (cwd, environment,
+            jobs) is gone.
     """
 
     exec_id: str = ""
@@ -72,6 +81,9 @@ class ExitStatus:
     stderr_truncated: bool = False
     duration: float = 0.0
     lost: bool = False
+    sealed: bool = False
+    session_lost: bool = False
+    session_restarted: bool = False
 
     @property
     def code(self) -> int:
@@ -104,6 +116,9 @@ def _exit_fields(exec_id: str, m: Mapping[str, Any]) -> Dict[str, Any]:
         stderr_truncated=bool(m.get("stderrTruncated")),
         duration=_wire.parse_duration(m.get("duration")),
         lost=bool(m.get("lost")),
+        sealed=bool(m.get("sealed")),
+        session_lost=bool(m.get("sessionLost")),
+        session_restarted=bool(m.get("sessionRestarted")),
     )
 
 
@@ -171,6 +186,8 @@ class ExecInfo:
         exit: how it ended, once it has.
         stdout_bytes, stderr_bytes: sizes of its output streams, the offsets
             up to which attach can replay them.
+        session: the shell session it ran in, if any.
+        sealed: it ran sealed.
     """
 
     exec_id: str
@@ -181,6 +198,8 @@ class ExecInfo:
     exit: Optional[ExitStatus] = None
     stdout_bytes: int = 0
     stderr_bytes: int = 0
+    session: str = ""
+    sealed: bool = False
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "ExecInfo":
@@ -188,7 +207,58 @@ class ExecInfo:
         return cls(exec_id=exec_id, argv=list(m.get("argv") or []), tty=bool(m.get("tty")),
                    started_at=_wire.parse_timestamp(m.get("startedAt")), running=bool(m.get("running")),
                    exit=ExitStatus._from_json(exec_id, m["exit"]) if m.get("exit") is not None else None,
-                   stdout_bytes=_wire.to_int(m.get("stdoutBytes")), stderr_bytes=_wire.to_int(m.get("stderrBytes")))
+                   stdout_bytes=_wire.to_int(m.get("stdoutBytes")), stderr_bytes=_wire.to_int(m.get("stderrBytes")),
+                   session=m.get("session") or "", sealed=bool(m.get("sealed")))
+
+
+@dataclasses.dataclass
+class SessionInfo:
+    """One shell session of a sandbox.
+
+    Attributes:
+        name: its name.
+        shell: the shell's path in the sandbox.
+        created_at: when it was made.
+        commands: how many commands ran in it so far.
+        running_exec_id: the command running now, if any.
+    """
+
+    name: str
+    shell: str = ""
+    created_at: Optional[datetime.datetime] = None
+    commands: int = 0
+    running_exec_id: str = ""
+
+    @classmethod
+    def _from_json(cls, m: Mapping[str, Any]) -> "SessionInfo":
+        return cls(name=m.get("name", ""), shell=m.get("shell", ""),
+                   created_at=_wire.parse_timestamp(m.get("createdAt")), commands=_wire.to_int(m.get("commands")),
+                   running_exec_id=m.get("runningExecId", ""))
+
+
+@dataclasses.dataclass
+class GradeResult(ExecResult):
+    """A finished grade (:meth:`Sandbox.grade_from`): the grading command's
+    exit status and output (exec_id is empty), and what was copied.
+
+    Attributes:
+        grader_sandbox_id: the grading sandbox, deleted when the call
+            returned.
+        copied_files, copied_bytes: what was copied from the sandbox graded.
+    """
+
+    grader_sandbox_id: str = ""
+    copied_files: int = 0
+    copied_bytes: int = 0
+
+    @classmethod
+    def _from_grade_json(cls, m: Mapping[str, Any]) -> "GradeResult":
+        if not isinstance(m.get("exit"), dict):
+            raise errors.InternalError("grade: the server's answer had no exit status (is it older than this "
+                                       "client?)")
+        return cls(**_exit_fields("", m["exit"]), stdout_bytes=_wire.unb64(m.get("stdout")),
+                   stderr_bytes=_wire.unb64(m.get("stderr")), grader_sandbox_id=m.get("graderSandboxId", ""),
+                   copied_files=_wire.to_int(m.get("copiedFiles")), copied_bytes=_wire.to_int(m.get("copiedBytes")))
 
 
 _TYPE_BITS = {"dir": _stat.S_IFDIR, "symlink": _stat.S_IFLNK, "fifo": _stat.S_IFIFO,

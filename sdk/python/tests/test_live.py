@@ -534,3 +534,41 @@ class ConcurrencyTest(LiveTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SessionGradingTest(LiveTestCase):
+    """Shell sessions, sealed execs and grade_from (issue 12)."""
+
+    async def test_session_keeps_state(self):
+        sb = await self.new_sandbox()
+        session = await sb.session("main")
+        r = await session.run("cd /tmp && export FOO=bar && f() { echo fn $1; }")
+        self.assertEqual((r.exit_code, r.session_lost, r.session_restarted), (0, False, False))
+        r = await session.run("pwd; echo $FOO; f x; echo err >&2; exit 4")
+        self.assertEqual((r.stdout, r.stderr, r.exit_code), ("/tmp\nbar\nfn x\n", "err\n", 4))
+        other = await sb.session("other")
+        r = await other.run("echo ${FOO:-unset}")
+        self.assertEqual(r.stdout, "unset\n")
+        self.assertEqual([s.name for s in await sb.list_sessions()], ["main", "other"])
+        await session.delete()
+        with self.assertRaises(libdsec.NotFoundError):
+            await sb.delete_session("main")
+        self.assertEqual([s.name for s in await sb.list_sessions()], ["other"])
+        journal = [e for e in await sb.list_execs() if e.session == "main"]
+        self.assertGreaterEqual(len(journal), 2)
+
+    async def test_sealed_and_grade_from(self):
+        sb = await self.new_sandbox()
+        r = await sb.exec("echo sealed", sealed=True)
+        self.assertEqual((r.stdout, r.sealed, r.exit_code), ("sealed\n", True, 0))
+        r = await sb.exec("true")
+        self.assertFalse(r.sealed)
+        await sb.run_shell("mkdir -p /work/out && echo 42 > /work/out/answer && echo no > /work/secret")
+        g = await sb.grade_from(["/work/out"], "cat /work/out/answer; cat /work/secret 2>/dev/null; exit 3")
+        self.assertEqual((g.stdout, g.exit_code), ("42\n", 3))
+        self.assertTrue(g.grader_sandbox_id and g.grader_sandbox_id != sb.id)
+        self.assertGreaterEqual(g.copied_files, 1)
+        with self.assertRaises(libdsec.NotFoundError):
+            await self.client.get(g.grader_sandbox_id)
+        r = await sb.exec("echo kill", sealed="kill")
+        self.assertTrue(r.sealed)
