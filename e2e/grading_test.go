@@ -213,7 +213,7 @@ func testSDKSessions(t *testing.T, c *dsec.Client) {
 	if _, err := sb.Exec(ctx, []string{"true"}, func(r *dsec.ExecRequest) { r.Session = "main" }); !errors.Is(err, dsec.ErrInvalidArgument) {
 		t.Errorf("argv in a session = %v, want ErrInvalidArgument", err)
 	}
-	if _, err := c.Sandbox("e2e-nosuchsandbox").ListSessions(ctx); !errors.Is(err, dsec.ErrNotFound) {
+	if _, err := c.Sandbox("e2e-aaaaaaaaaaaa").ListSessions(ctx); !errors.Is(err, dsec.ErrNotFound) {
 		t.Errorf("ListSessions of an unknown sandbox = %v, want ErrNotFound", err)
 	}
 }
@@ -230,7 +230,7 @@ func testCLISessions(t *testing.T, p *platform) {
 	if _, errOut, code := p.CLI(t, "", "exec", "--session", "main", id, "--", "cd /tmp &&", "export FOO=bar"); code != 0 {
 		t.Fatalf("exec --session = exit %d: %s", code, errOut)
 	}
-	out, errOut, code := p.CLI(t, "", "exec", "--session", "main", id, "--", "pwd; echo $FOO; echo e >&2; exit 3")
+	out, errOut, code := p.CLI(t, "", "exec", "--session", "main", id, "--", "pwd; echo $FOO; echo e >&2; (exit 3)")
 	if out != "/tmp\nbar\n" || errOut != "e\n" || code != 3 {
 		t.Errorf("exec --session = %q, %q, exit %d; want /tmp and bar, e, 3", out, errOut, code)
 	}
