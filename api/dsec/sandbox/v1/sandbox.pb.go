@@ -1049,8 +1049,12 @@ type ExecRequest struct {
 	// name, made on first use: cwd, environment, functions, aliases and
 	// background jobs carry from one command to the next. Its commands run
 	// one at a time (another command of the same session while one runs is
-	// Aborted); sessions of one sandbox run concurrently. A command's stdin
-	// is empty unless stdin is set. Names: 1-64 of [A-Za-z0-9_.-].
+	// FailedPrecondition); sessions of one sandbox run concurrently. A
+	// command's stdin is empty unless stdin is set. At its timeout the
+	// command's processes get SIGINT; if it has not ended 2 s later the shell
+	// and all it started are killed (session_lost). A command that ends the
+	// shell (exit, exec) ends the session the same way. Names: 1-64 of
+	// [A-Za-z0-9_.-].
 	Session string `protobuf:"bytes,15,opt,name=session,proto3" json:"session,omitempty"`
 	// Shell of a new session (default /bin/bash when the image has it, else
 	// /bin/sh). Ignored for a session that exists.
