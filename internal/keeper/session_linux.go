@@ -222,7 +222,7 @@ func (k *Keeper) startSessionExec(ctx context.Context, req ExecRequest) error {
 	case !execIDRe.MatchString(spec.ID):
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec id %q: use 1-64 of [a-zA-Z0-9_.-]", spec.ID)
 	case !execIDRe.MatchString(spec.Session):
-		return errdefs.Newf(errdefs.ErrInvalidArgument, "session name %q: use 1-64 of [a-zA-Z0-9_.-]", spec.Session)
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "session name %.80q: use 1-64 of [a-zA-Z0-9_.-]", spec.Session)
 	case len(spec.Argv) != 1:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "a session command is one shell command line")
 	case spec.TTY:
@@ -664,7 +664,7 @@ func (k *Keeper) listSessions(id string) ([]SessionInfo, error) {
 // deleteSession kills a session's shell tree and forgets the session.
 func (k *Keeper) deleteSession(id, name string) error {
 	if !execIDRe.MatchString(name) {
-		return errdefs.Newf(errdefs.ErrInvalidArgument, "session name %q: use 1-64 of [a-zA-Z0-9_.-]", name)
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "session name %.80q: use 1-64 of [a-zA-Z0-9_.-]", name)
 	}
 	b, err := k.lookup(id)
 	if err != nil {
