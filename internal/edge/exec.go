@@ -30,6 +30,10 @@ type ExecParams struct {
 	OutputLimit int64
 	// Detach returns after the started event.
 	Detach bool
+	// Seal runs the command sealed (backends with CapSealedExec); a shell
+	// command then runs in the platform's /.dsec/bin/sh, not the
+	// sandbox's /bin/sh.
+	Seal sandbox.Seal
 }
 
 // ExecEvent is one event of an exec stream; exactly one field is set.
@@ -53,6 +57,10 @@ const (
 	maxPollDelay      = 25 * time.Millisecond
 )
 
+// sealedShell runs the shell command of a sealed exec: the platform's
+// static busybox, which the sandbox cannot change.
+const sealedShell = "/.dsec/bin/sh"
+
 // defaultPath is the PATH of an exec whose image sets none.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -71,6 +79,8 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 	switch {
 	case len(argv) > 0 && p.Shell != "":
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec takes argv or a shell command, not both")
+	case p.Shell != "" && p.Seal != sandbox.SealNone:
+		argv = []string{sealedShell, "-c", p.Shell}
 	case p.Shell != "":
 		argv = []string{"/bin/sh", "-c", p.Shell}
 	case len(argv) == 0:
@@ -93,6 +103,11 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 	}
 	if p.TTY {
 		if err := sandbox.Check(be, sandbox.CapTTY); err != nil {
+			return err
+		}
+	}
+	if p.Seal != sandbox.SealNone {
+		if err := sandbox.Check(be, sandbox.CapSealedExec); err != nil {
 			return err
 		}
 	}
@@ -129,6 +144,7 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 		Rows:        p.Rows,
 		Cols:        p.Cols,
 		OutputLimit: p.OutputLimit,
+		Seal:        p.Seal,
 	}
 	if p.TTY {
 		spec.Env = append(spec.Env, "TERM=xterm-256color")

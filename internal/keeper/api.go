@@ -297,6 +297,8 @@ type journalEntry struct {
 	Argv    []string  `json:"argv"`
 	TTY     bool      `json:"tty,omitempty"`
 	Started time.Time `json:"started"`
+	// Sealed: the command runs sealed (protocol 4).
+	Sealed bool `json:"sealed,omitempty"`
 }
 
 // Stream names an exec output stream (the numbers of sandbox.Stream).
