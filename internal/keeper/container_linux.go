@@ -214,6 +214,12 @@ func (c *containerDriver) Sweep(ctx context.Context, used map[string]bool) {
 		if used[g] {
 			continue
 		}
+		if strings.HasSuffix(g, ".seal") {
+			// A sealed exec's, whose keeper ended: what it ran is lost.
+			c.log.Info("removing the cgroup of a lost sealed exec", "name", g)
+			c.removeSealGroup(ctx, g)
+			continue
+		}
 		c.log.Info("removing orphaned cgroup", "name", g)
 		if err := c.cg.Delete(ctx, g); err != nil {
 			c.log.Warn("remove orphaned cgroup", "name", g, "err", err)

@@ -196,7 +196,7 @@ func (c *containerDriver) execSealed(ctx context.Context, b *box, spec ExecSpec,
 	undo = append(undo, func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if err := c.cg.Thaw(tctx, slot); err != nil {
+		if err := c.cg.Thaw(tctx, slot); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			c.log.Error("thaw sandbox after a sealed exec", "sandbox", info.ID, "err", err)
 		}
 	})
