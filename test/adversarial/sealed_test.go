@@ -176,6 +176,30 @@ sleep 0.2`)
 		t.Errorf("sealed sleep 2 = exit %d, sealed %v, %v", r.code, r.sealed, r.err)
 	}
 
+	// The journal says which ran sealed.
+	p := Env(t)
+	lr := connect.NewRequest(&sandboxv1.ListExecsRequest{SandboxId: sb.ID})
+	lr.Header().Set("Authorization", "Bearer "+p.AdminKey(t))
+	list, err := sandboxv1connect.NewSandboxServiceClient(http.DefaultClient, p.URL()).ListExecs(Ctx(t, time.Minute), lr)
+	if err != nil {
+		t.Fatalf("ListExecs = %v", err)
+	}
+	sealed := 0
+	for _, x := range list.Msg.GetExecs() {
+		if x.GetSealed() != x.GetExit().GetSealed() {
+			t.Errorf("exec %s %q: journal sealed %v, exit sealed %v", x.GetExecId(), x.GetArgv(), x.GetSealed(), x.GetExit().GetSealed())
+		}
+		if x.GetSealed() {
+			sealed++
+			if x.GetArgv()[0] != "/.dsec/bin/sh" {
+				t.Errorf("sealed exec %s ran %q, want /.dsec/bin/sh", x.GetExecId(), x.GetArgv())
+			}
+		}
+	}
+	if sealed != 2 {
+		t.Errorf("ListExecs has %d sealed execs, want 2", sealed)
+	}
+
 	// SEAL_KILL: the agent's processes are gone, and stay gone.
 	const agents = "ps -o args | grep -c -e '[h]ttpd' -e '[w]hile'; true"
 	if r := sealedShell(t, sb, sandboxv1.Seal_SEAL_FREEZE, agents); r.stdout == "0\n" {
