@@ -66,6 +66,9 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	if len(spec.Argv) == 0 {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec: empty command")
 	}
+	if spec.Seal != 0 && spec.Session != "" {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec: a sealed command runs on its own, not in session %q: drop one of the two", spec.Session)
+	}
 	b, err := k.lookup(req.Sandbox)
 	if err != nil {
 		return err

@@ -246,10 +246,7 @@ func (c *containerDriver) execSealed(ctx context.Context, b *box, spec ExecSpec,
 func (c *containerDriver) removeSealGroup(ctx context.Context, group string) {
 	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := c.cg.Kill(kctx, group); err != nil {
-		c.log.Warn("kill the sealed exec's cgroup", "cgroup", group, "err", err)
-	}
-	if err := c.cg.Delete(kctx, group); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := c.cg.Delete(kctx, group); err != nil && !errors.Is(err, errdefs.ErrNotFound) { // Delete kills first
 		c.log.Warn("remove the sealed exec's cgroup", "cgroup", group, "err", err)
 	}
 }
