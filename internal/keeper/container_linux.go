@@ -467,6 +467,9 @@ func (c *containerDriver) start(ctx context.Context, b *box, req CreateRequest) 
 		views = append(views, view)
 	}
 	tm.mark("layers")
+	if err := writeLayerRecord(dir, req.Layers); err != nil {
+		return err
+	}
 	if err := rootfs.Overlay(p.rootfs(), upper, work, views); err != nil {
 		return err
 	}

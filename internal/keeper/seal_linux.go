@@ -2,11 +2,13 @@ package keeper
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -407,6 +409,9 @@ func makeSealTools(busybox string, applets []string) (_ *os.File, err error) {
 // imageView returns a detached read-only overlay of the sandbox's layers,
 // as the sandbox's user namespace sees them, without its writable layer.
 func (c *containerDriver) imageView(b *box, initPid int) (*os.File, error) {
+	if err := c.reacquireLayers(b); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	digests := slices.Clone(b.ct.layers)
 	b.mu.Unlock()
@@ -433,9 +438,65 @@ func (c *containerDriver) imageView(b *box, initPid int) (*os.File, error) {
 		views = append(views, v)
 	}
 	if len(views) == 0 {
-		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "the sandbox's layers are not known to this keeper (adopted from an older one): sealed execs need a sandbox this keeper created")
+		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "the sandbox's layers are not known to this keeper (it was made by an older dsec): sealed execs need a sandbox made by this one")
 	}
 	return rootfs.ReadOnlyOverlay(views)
+}
+
+// layerRecord is the file, in a sandbox's directory, that names its
+// layers (lowest first), so that a keeper that adopted the sandbox can
+// mount them again for its sealed execs.
+const layerRecord = "layers.json"
+
+func writeLayerRecord(dir string, layers []Layer) error {
+	if err := writeJSON(filepath.Join(dir, layerRecord), layers); err != nil {
+		return fmt.Errorf("sandbox layer record: %w", err)
+	}
+	return nil
+}
+
+// reacquireLayers mounts again the layers of a sandbox this keeper
+// adopted (it holds none of them), from its layer record; they are
+// released with the sandbox. Lazy layers are never adopted.
+func (c *containerDriver) reacquireLayers(b *box) error {
+	b.mu.Lock()
+	held := len(b.ct.layers) > 0
+	b.mu.Unlock()
+	if held {
+		return nil
+	}
+	raw, err := os.ReadFile(filepath.Join(b.dir(c.l), layerRecord))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // made by an older keeper: imageView says so
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox layer record: %w", err)
+	}
+	var layers []Layer
+	if err := json.Unmarshal(raw, &layers); err != nil {
+		return fmt.Errorf("sandbox layer record: %w", err)
+	}
+	var got []string
+	for _, l := range layers {
+		if l.Lazy != nil {
+			err = errdefs.Newf(errdefs.ErrFailedPrecondition, "layer %s of the sandbox is lazy and was served by an earlier keeper", l.Digest)
+		} else {
+			_, err = c.layers.Acquire(l.Digest, l.Path)
+		}
+		if err != nil {
+			for _, d := range got {
+				c.layers.Release(d)
+			}
+			return err
+		}
+		got = append(got, l.Digest)
+	}
+	// Sealed execs of a sandbox run one at a time (beginSeal): nothing
+	// else sets its layers meanwhile.
+	b.mu.Lock()
+	b.ct.layers = got
+	b.mu.Unlock()
+	return nil
 }
 
 // sealNS is a mount namespace made for one sealed exec and held by a
