@@ -65,39 +65,41 @@ var sealBusyboxPaths = []string{"/usr/lib/dsec/busybox", "/bin/busybox", "/usr/b
 // sealGroup is the cgroup a sealed exec of the sandbox in slot runs in.
 func sealGroup(slot string) string { return slot + ".seal" }
 
-// sealTools is the host's static busybox and its applets, found once.
+// sealTools is the host's static busybox and its applets, once found.
 var sealTools struct {
-	once    sync.Once
+	mu sync.Mutex
+	// guarded by mu
 	path    string
 	applets []string
-	err     error
 }
 
 var appletRe = regexp.MustCompile(`^[a-zA-Z0-9_.\[-]{1,64}$`)
 
 func findSealTools() (string, []string, error) {
-	sealTools.once.Do(func() {
-		for _, p := range sealBusyboxPaths {
-			if checkStatic(p) != nil {
-				continue
-			}
-			out, err := exec.Command(p, "--list").Output()
-			if err != nil {
-				continue
-			}
-			var applets []string
-			for a := range strings.FieldsSeq(string(out)) {
-				if appletRe.MatchString(a) && a != "busybox" {
-					applets = append(applets, a)
-				}
-			}
-			sealTools.path, sealTools.applets = p, applets
-			return
+	sealTools.mu.Lock()
+	defer sealTools.mu.Unlock()
+	if sealTools.path != "" {
+		return sealTools.path, sealTools.applets, nil
+	}
+	for _, p := range sealBusyboxPaths {
+		if checkStatic(p) != nil {
+			continue
 		}
-		sealTools.err = errdefs.Newf(errdefs.ErrFailedPrecondition,
-			"sealed execs need a static busybox on the node (%s): install Debian's busybox-static", strings.Join(sealBusyboxPaths, ", "))
-	})
-	return sealTools.path, sealTools.applets, sealTools.err
+		out, err := exec.Command(p, "--list").Output()
+		if err != nil {
+			continue
+		}
+		var applets []string
+		for a := range strings.FieldsSeq(string(out)) {
+			if appletRe.MatchString(a) && a != "busybox" {
+				applets = append(applets, a)
+			}
+		}
+		sealTools.path, sealTools.applets = p, applets
+		return p, applets, nil
+	}
+	return "", nil, errdefs.Newf(errdefs.ErrFailedPrecondition,
+		"sealed execs need a static busybox on the node (%s): install Debian's busybox-static", strings.Join(sealBusyboxPaths, ", "))
 }
 
 // beginSeal marks id as running the sealed exec execID, or fails when it
@@ -574,7 +576,14 @@ func enterSealNS(initPid int, tools, image *os.File) error {
 	case err != nil:
 		return fmt.Errorf("sealed exec: stat /.dsec: %w", err)
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return errdefs.Newf(errdefs.ErrFailedPrecondition, "the sandbox's /.dsec is not a directory: it is reserved for sealed execs; remove it")
+		// Reserved: whatever else the agent put there (a link to lead our
+		// mounts elsewhere) gives way to an empty directory.
+		if err := unix.Unlinkat(root, ".dsec", 0); err != nil {
+			return fmt.Errorf("sealed exec: remove the sandbox's /.dsec: %w", err)
+		}
+		if err := unix.Mkdirat(root, ".dsec", 0o755); err != nil {
+			return errdefs.Newf(errdefs.ErrFailedPrecondition, "sealed exec: make /.dsec in the sandbox: %v (free space in its writable layer)", err)
+		}
 	}
 	if err := attach(tools, root, ".dsec", unix.O_DIRECTORY); err != nil {
 		return fmt.Errorf("sealed exec: mount /.dsec: %w", err)

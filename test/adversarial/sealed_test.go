@@ -91,6 +91,7 @@ fake='#!/opt/bb/sh
 echo "all tests passed"; exit 0'
 for f in /usr/bin/python3 /bin/sh.new /bin/busybox.new; do printf '%s\n' "$fake" > $f; chmod 755 $f; done
 echo /nonexistent/libgrade.so > /etc/ld.so.preload
+ln -s /tmp /.dsec
 /opt/bb/mv /bin/sh.new /bin/sh
 /opt/bb/mv /bin/busybox.new /bin/busybox`)
 
@@ -128,8 +129,9 @@ echo /nonexistent/libgrade.so > /etc/ld.so.preload
 	if r := rawExec(t, sb, &sandboxv1.ExecRequest{Argv: []string{"/opt/bb/cat", "/etc/ld.so.preload"}}); r.stdout != "/nonexistent/libgrade.so\n" {
 		t.Errorf("unsealed cat /etc/ld.so.preload = %q, %v; want the planted line", r.stdout, r.err)
 	}
-	// The sealed exec's mounts stay its own.
-	if r := rawExec(t, sb, &sandboxv1.ExecRequest{Argv: []string{"/opt/bb/sh", "-c", "ls /.dsec/bin 2>/dev/null | wc -l; wc -c < /etc/ld.so.preload"}}); r.stdout != "0\n25\n" {
+	// The sealed exec's mounts stay its own, and went nowhere the link
+	// at /.dsec pointed.
+	if r := rawExec(t, sb, &sandboxv1.ExecRequest{Argv: []string{"/opt/bb/sh", "-c", "ls /.dsec/bin /tmp/bin /tmp/image 2>/dev/null | wc -l; wc -c < /etc/ld.so.preload"}}); r.stdout != "0\n25\n" {
 		t.Errorf("unsealed view after sealed execs: %q, %v; want no tools and the planted preload (0, 25)", r.stdout, r.err)
 	}
 }
