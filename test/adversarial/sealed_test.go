@@ -24,6 +24,7 @@ type sealedResult struct {
 	code           int
 	stdout, stderr string
 	sealed         bool
+	timedOut       bool
 	err            error
 }
 
@@ -57,6 +58,7 @@ func rawExec(t *testing.T, sb *dsec.Sandbox, req *sandboxv1.ExecRequest) sealedR
 		case *sandboxv1.ExecResponse_Exit:
 			out.code = int(ev.Exit.GetExitCode())
 			out.sealed = ev.Exit.GetSealed()
+			out.timedOut = ev.Exit.GetTimedOut()
 		}
 	}
 	out.stdout, out.stderr, out.err = stdout.String(), stderr.String(), stream.Err()
@@ -178,6 +180,16 @@ sleep 0.2`)
 		t.Errorf("sealed sleep 2 = exit %d, sealed %v, %v", r.code, r.sealed, r.err)
 	}
 
+	// A sealed exec that times out: what it left dies with it, and the
+	// sandbox thaws.
+	r := rawExec(t, sb, &sandboxv1.ExecRequest{Shell: "sleep 31 & sleep 32", Sealed: sandboxv1.Seal_SEAL_FREEZE, Timeout: durationpb.New(300 * time.Millisecond)})
+	if r.err != nil || !r.timedOut || !r.sealed {
+		t.Errorf("sealed exec past its timeout = %+v; want timed out, sealed", r)
+	}
+	if r := sealedShell(t, sb, sandboxv1.Seal_SEAL_UNSPECIFIED, "ps -o args | grep -c '[s]leep 3'; "+still); r.stdout != "0\nmoving\n" {
+		t.Errorf("after a sealed exec timed out: %q, %q; want no sleep left and the heartbeat moving", r.stdout, r.stderr)
+	}
+
 	// The journal says which ran sealed.
 	p := Env(t)
 	lr := connect.NewRequest(&sandboxv1.ListExecsRequest{SandboxId: sb.ID})
@@ -198,8 +210,8 @@ sleep 0.2`)
 			}
 		}
 	}
-	if sealed != 2 {
-		t.Errorf("ListExecs has %d sealed execs, want 2", sealed)
+	if sealed != 3 {
+		t.Errorf("ListExecs has %d sealed execs, want 3", sealed)
 	}
 
 	// SEAL_KILL: the agent's processes are gone, and stay gone.
