@@ -379,7 +379,11 @@ func makeSealTools(busybox string, applets []string) (_ *os.File, err error) {
 		return nil, fmt.Errorf("sealed exec tools: %w", err)
 	}
 	defer src.Close()
-	dfd, err := unix.Openat(mfd, "bin/busybox", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o755)
+	// Execute-only, and owned by an id no sandbox maps: a process that
+	// runs it cannot read it, so the kernel makes it non-dumpable, and
+	// nothing of the sandbox that runs (none should) may ptrace it or
+	// open its /proc files.
+	dfd, err := unix.Openat(mfd, "bin/busybox", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o711)
 	if err != nil {
 		return nil, fmt.Errorf("sealed exec tools: %w", err)
 	}

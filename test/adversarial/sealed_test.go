@@ -246,6 +246,17 @@ func TestSealedPtraceHijack(t *testing.T) {
 	if r.err != nil || r.code != 7 || !r.sealed {
 		t.Errorf("sealed grade = exit %d, sealed %v, %v; want exit 7, sealed", r.code, r.sealed, r.err)
 	}
+	// Were anything of the sandbox left running, the platform's tools are
+	// not dumpable: a process of the same user cannot ptrace a sealed
+	// command's sleep, as it can an unsealed one's.
+	const traceShell = "sleep 5 & probe ptrace $! | head -1 | cut -d' ' -f2; kill -9 $!"
+	if r := sealedShell(t, sb, sandboxv1.Seal_SEAL_UNSPECIFIED, traceShell); r.stdout != "ok\n" {
+		t.Errorf("ptrace of an unsealed command's sleep = %q, %q; want ok", r.stdout, r.stderr)
+	}
+	if r := sealedShell(t, sb, sandboxv1.Seal_SEAL_FREEZE, traceShell); r.stdout != "EPERM\n" {
+		t.Errorf("ptrace of a sealed command's sleep = %q, %q; want EPERM", r.stdout, r.stderr)
+	}
+
 	// The hijacker runs again afterwards, and still works unsealed.
 	if r := rawExec(t, sb, &sandboxv1.ExecRequest{Argv: grade}); r.err != nil || r.code != 0 {
 		t.Errorf("unsealed grade after the sealed one = exit %d, %v; want the hijacker's exit 0 (thawed)", r.code, r.err)
