@@ -84,6 +84,15 @@ func (m *Manager) killFrozen(ctx context.Context, f freezer, name string) (err e
 	return nil
 }
 
+// Procs returns the processes in the group, in any hierarchy, and in the
+// groups nested in it, sorted.
+func (m *Manager) Procs(name string) ([]int, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	return m.pids(name)
+}
+
 // pids are the processes in the group, in any hierarchy, and in the groups
 // nested in it, sorted.
 func (m *Manager) pids(name string) ([]int, error) {

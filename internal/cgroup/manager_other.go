@@ -49,3 +49,6 @@ func (*Manager) ApplyCeiling() error { return errors.ErrUnsupported }
 
 // Ceiling reports errors.ErrUnsupported.
 func (*Manager) Ceiling() (Stats, error) { return Stats{}, errors.ErrUnsupported }
+
+// Procs reports errors.ErrUnsupported.
+func (*Manager) Procs(string) ([]int, error) { return nil, errors.ErrUnsupported }

@@ -135,6 +135,15 @@ func (a *sandboxAPI) Exec(ctx context.Context, req *connect.Request[sandboxv1.Ex
 		OutputLimit: m.GetOutputLimit(), Detach: m.GetDetach(),
 	}
 	p.Session, p.SessionShell = m.GetSession(), m.GetSessionShell()
+	switch m.GetSealed() {
+	case sandboxv1.Seal_SEAL_UNSPECIFIED:
+	case sandboxv1.Seal_SEAL_FREEZE:
+		p.Seal = sandbox.SealFreeze
+	case sandboxv1.Seal_SEAL_KILL:
+		p.Seal = sandbox.SealKill
+	default:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "sealed %d: use SEAL_FREEZE or SEAL_KILL", m.GetSealed())
+	}
 	return a.e.Exec(ctx, callerOf(req.Header()), p, func(ev ExecEvent) error {
 		return stream.Send(execEventProto(ev))
 	})
@@ -158,6 +167,7 @@ func exitProto(x *sandbox.ExitStatus) *sandboxv1.ExecExit {
 	out := &sandboxv1.ExecExit{
 		ExitCode: int32(x.Code), Signal: int32(x.Signal), TimedOut: x.TimedOut, OomKilled: x.OOMKilled,
 		StdoutTruncated: x.StdoutTruncated, StderrTruncated: x.StderrTruncated, Lost: x.Lost,
+		Sealed: x.Sealed,
 	}
 	out.SessionLost, out.SessionRestarted = x.SessionLost, x.SessionRestarted
 	if !x.Ended.IsZero() && !x.Started.IsZero() {

@@ -128,7 +128,7 @@ func (a *sandboxAPI) ListExecs(ctx context.Context, req *connect.Request[sandbox
 	for _, x := range execs {
 		pi := &sandboxv1.ExecInfo{
 			ExecId: x.ID, Argv: x.Argv, Tty: x.TTY, StartedAt: timestamppb.New(x.Started), Running: x.Running,
-			StdoutBytes: x.StdoutBytes, StderrBytes: x.StderrBytes,
+			StdoutBytes: x.StdoutBytes, StderrBytes: x.StderrBytes, Sealed: x.Sealed,
 		}
 		pi.Session = x.Session
 		if x.Exit != nil {

@@ -34,6 +34,10 @@ type ExecParams struct {
 	// SessionShell is a new session's shell.
 	Session      string
 	SessionShell string
+	// Seal runs the command sealed (backends with CapSealedExec); a shell
+	// command then runs in the platform's /.dsec/bin/sh, not the
+	// sandbox's /bin/sh.
+	Seal sandbox.Seal
 }
 
 // ExecEvent is one event of an exec stream; exactly one field is set.
@@ -57,6 +61,10 @@ const (
 	maxPollDelay      = 25 * time.Millisecond
 )
 
+// sealedShell runs the shell command of a sealed exec: the platform's
+// static busybox, which the sandbox cannot change.
+const sealedShell = "/.dsec/bin/sh"
+
 // defaultPath is the PATH of an exec whose image sets none.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -77,12 +85,16 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "a session command is a shell command line: give shell, not argv")
 	case p.Session != "" && (p.TTY || p.StdinOpen):
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "a session command runs without a terminal and takes its stdin whole: drop tty and stdin_open")
+	case p.Session != "" && p.Seal != sandbox.SealNone:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "a session command cannot be sealed: run the sealed command without session")
 	case p.Session != "":
 		argv = []string{p.Shell}
 	case p.SessionShell != "":
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "session_shell needs session")
 	case len(argv) > 0 && p.Shell != "":
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec takes argv or a shell command, not both")
+	case p.Shell != "" && p.Seal != sandbox.SealNone:
+		argv = []string{sealedShell, "-c", p.Shell}
 	case p.Shell != "":
 		argv = []string{"/bin/sh", "-c", p.Shell}
 	case len(argv) == 0:
@@ -110,6 +122,11 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 	}
 	if p.Session != "" {
 		if err := sandbox.Check(be, sandbox.CapSessions); err != nil {
+			return err
+		}
+	}
+	if p.Seal != sandbox.SealNone {
+		if err := sandbox.Check(be, sandbox.CapSealedExec); err != nil {
 			return err
 		}
 	}
@@ -146,6 +163,7 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 		Rows:        p.Rows,
 		Cols:        p.Cols,
 		OutputLimit: p.OutputLimit,
+		Seal:        p.Seal,
 	}
 	spec.Session, spec.SessionShell = p.Session, p.SessionShell
 	if p.TTY {

@@ -303,6 +303,8 @@ type journalEntry struct {
 	TTY     bool      `json:"tty,omitempty"`
 	Started time.Time `json:"started"`
 	Session string    `json:"session,omitempty"`
+	// Sealed: the command runs sealed (protocol 4).
+	Sealed bool `json:"sealed,omitempty"`
 }
 
 // Stream names an exec output stream (the numbers of sandbox.Stream).

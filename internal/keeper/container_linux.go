@@ -62,6 +62,9 @@ type containerDriver struct {
 	// packing holds the sandboxes being packed (see pack_linux.go);
 	// guarded by mu.
 	packing map[string]bool
+	// sealing holds the sandboxes running a sealed exec, with its id
+	// (seal_linux.go); guarded by mu.
+	sealing map[string]string
 }
 
 // containerBox is the container driver's state of one sandbox, guarded
@@ -175,9 +178,17 @@ func (c *containerDriver) Start(ctx context.Context, b *box, req CreateRequest) 
 // Adopt implements Driver: the sandbox's id range is held again.
 func (c *containerDriver) Adopt(b *box) {
 	b.mu.Lock()
-	ids := b.info.IDs(c.cfg.IDMap)
+	ids, slot, id := b.info.IDs(c.cfg.IDMap), b.info.slot(), b.info.ID
 	b.mu.Unlock()
 	c.uids.hold(ids)
+	// Nothing freezes a sandbox across keepers: one found frozen was left
+	// so by a keeper that ended during a pack or a sealed exec (whose
+	// cgroup Sweep removes).
+	tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.cg.Thaw(tctx, slot); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		c.log.Warn("thaw adopted sandbox", "sandbox", id, "err", err)
+	}
 }
 
 // Sweep implements Driver: disks and cgroups of no sandbox are removed.
@@ -201,6 +212,12 @@ func (c *containerDriver) Sweep(ctx context.Context, used map[string]bool) {
 	}
 	for _, g := range groups {
 		if used[g] {
+			continue
+		}
+		if strings.HasSuffix(g, ".seal") {
+			// A sealed exec's, whose keeper ended: what it ran is lost.
+			c.log.Info("removing the cgroup of a lost sealed exec", "name", g)
+			c.removeSealGroup(ctx, g)
 			continue
 		}
 		c.log.Info("removing orphaned cgroup", "name", g)
@@ -450,6 +467,9 @@ func (c *containerDriver) start(ctx context.Context, b *box, req CreateRequest) 
 		views = append(views, view)
 	}
 	tm.mark("layers")
+	if err := writeLayerRecord(dir, req.Layers); err != nil {
+		return err
+	}
 	if err := rootfs.Overlay(p.rootfs(), upper, work, views); err != nil {
 		return err
 	}
@@ -609,6 +629,7 @@ func (c *containerDriver) Destroy(ctx context.Context, b *box) {
 	if err := c.cg.Kill(kctx, slot); err != nil {
 		log.Warn("kill sandbox processes", "err", err)
 	}
+	c.removeSealGroup(kctx, sealGroup(slot))
 	b.mu.Lock()
 	started := b.info.Pid > 0
 	var ended <-chan struct{} = b.exited

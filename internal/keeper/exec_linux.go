@@ -39,6 +39,15 @@ type execProc struct {
 
 var execIDRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
 
+// sealer is a driver that runs sealed execs (seal_linux.go).
+type sealer interface {
+	// execSealed starts spec sealed; end, called once the command has
+	// ended, kills what it left and thaws the sandbox.
+	execSealed(ctx context.Context, b *box, spec ExecSpec, stdio [3]*os.File) (pid int, end func(), err error)
+	// sealBusy fails while a sealed exec runs in the sandbox.
+	sealBusy(id string) error
+}
+
 // drainGrace is how long output is awaited after a command exits; its
 // background children may hold the pipes open much longer, and their later
 // output is still appended.
@@ -47,9 +56,30 @@ const drainGrace = 200 * time.Millisecond
 // stdinWriteTimeout bounds a WriteStdin to a command that does not read.
 const stdinWriteTimeout = 30 * time.Second
 
+// sealBusy refuses an operation on a sandbox while a sealed exec runs in it
+// (FailedPrecondition naming it); nil for a sandbox it does not know.
+func (k *Keeper) sealBusy(id string) error {
+	b, err := k.lookup(id)
+	if err != nil {
+		return nil
+	}
+	if s, ok := k.driverOf(b).(sealer); ok {
+		return s.sealBusy(id)
+	}
+	return nil
+}
+
 func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	spec := req.Spec
+	if spec.Seal != 0 && spec.Session != "" {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec: a sealed command runs on its own, not in session %.80q: drop one of the two", spec.Session)
+	}
 	if spec.Session != "" {
+		// A session's shell is one of the sandbox's processes: frozen
+		// while a sealed exec runs, so its command would only hang.
+		if err := k.sealBusy(req.Sandbox); err != nil {
+			return err
+		}
 		return k.startSessionExec(ctx, req)
 	}
 	tm := newPhases("exec")
@@ -78,6 +108,16 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	case dup:
 		return errdefs.Newf(errdefs.ErrAlreadyExists, "exec %s exists in sandbox %s", spec.ID, req.Sandbox)
 	}
+	drv := k.driverOf(b)
+	s, canSeal := drv.(sealer)
+	switch {
+	case canSeal:
+		if err := s.sealBusy(req.Sandbox); err != nil {
+			return err
+		}
+	case spec.Seal != 0:
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s runs on a driver that cannot run sealed execs: run it in a container sandbox", req.Sandbox)
+	}
 	dir := k.l.ExecDir(req.Sandbox, spec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -90,7 +130,7 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		limit = k.cfg.OutputLimit
 	}
 	started := time.Now()
-	if err := writeJSON(filepath.Join(dir, "spec.json"), journalEntry{ID: spec.ID, Argv: spec.Argv, TTY: spec.TTY, Started: started.UTC()}); err != nil {
+	if err := writeJSON(filepath.Join(dir, "spec.json"), journalEntry{ID: spec.ID, Argv: spec.Argv, TTY: spec.TTY, Started: started.UTC(), Sealed: spec.Seal != 0}); err != nil {
 		os.RemoveAll(dir)
 		return fmt.Errorf("exec journal: %w", err)
 	}
@@ -135,7 +175,6 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	}
 	var stdio [3]*os.File
 	var readers [2]*os.File // what the pumps read: pipes, or the pty master
-	drv := k.driverOf(b)
 	if spec.TTY {
 		master, slave, err := drv.Terminal(b, spec)
 		if err != nil {
@@ -185,7 +224,13 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 	oomBefore, _ := drv.OOMKills(b)
 	tm.mark("oom")
 	spawned := time.Now()
-	child, err := drv.Exec(ctx, b, spec, stdio)
+	var child int
+	var sealEnd func()
+	if spec.Seal != 0 {
+		child, sealEnd, err = s.execSealed(ctx, b, spec, stdio)
+	} else {
+		child, err = drv.Exec(ctx, b, spec, stdio)
+	}
 	tm.mark("spawn")
 	if err != nil {
 		closeKept()
@@ -229,14 +274,14 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 			}
 		}()
 	}
-	go k.awaitExec(req.Sandbox, spec, p, b, child, exitCh, oomBefore, started, &pumps, &truncated, &written)
+	go k.awaitExec(req.Sandbox, spec, p, b, child, exitCh, sealEnd, oomBefore, started, &pumps, &truncated, &written)
 	return nil
 }
 
 // awaitExec waits for a command's end (killing its group at the timeout),
 // then records the exit once its output is drained.
 func (k *Keeper) awaitExec(id string, spec ExecSpec, p *execProc, b *box, child int,
-	exitCh <-chan syscall.WaitStatus, oomBefore int64, started time.Time,
+	exitCh <-chan syscall.WaitStatus, sealEnd func(), oomBefore int64, started time.Time,
 	pumps *sync.WaitGroup, truncated *[2]atomic.Bool, written *[2]atomic.Int64) {
 	var ws syscall.WaitStatus
 	timedOut := false
@@ -255,6 +300,11 @@ func (k *Keeper) awaitExec(id string, spec ExecSpec, p *execProc, b *box, child 
 		ws = <-exitCh
 	}
 	ended := time.Now()
+	if sealEnd != nil {
+		// What the command left dies with its cgroup, then the sandbox
+		// thaws; its output pipes close with them.
+		sealEnd()
+	}
 	defer func() {
 		k.log.Debug("exec end phases", "exec", spec.ID, "run_ms", ended.Sub(started).Seconds()*1000, "after_exit_ms", time.Since(ended).Seconds()*1000)
 	}()
@@ -265,7 +315,7 @@ func (k *Keeper) awaitExec(id string, spec ExecSpec, p *execProc, b *box, child 
 	case <-drained:
 	case <-time.After(drainGrace):
 	}
-	rec := ExitRecord{ExitStatus: ExitStatus{Started: started, Ended: ended, TimedOut: timedOut}}
+	rec := ExitRecord{ExitStatus: ExitStatus{Started: started, Ended: ended, TimedOut: timedOut, Sealed: sealEnd != nil}}
 	switch {
 	case ws.Exited():
 		rec.Code = ws.ExitStatus()
@@ -479,7 +529,7 @@ func (k *Keeper) listExecs(id string) ([]ExecInfo, error) {
 		if json.Unmarshal(raw, &j) != nil {
 			continue
 		}
-		info := ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started, Session: j.Session}
+		info := ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started, Session: j.Session, Sealed: j.Sealed}
 		b.mu.Lock()
 		p := b.execs[j.ID]
 		b.mu.Unlock()

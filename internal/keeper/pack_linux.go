@@ -54,6 +54,10 @@ func (c *containerDriver) beginPack(id string) error {
 		return errdefs.Newf(errdefs.ErrFailedPrecondition,
 			"sandbox %s is being packed by another call: wait for it to end, then pack again", id)
 	}
+	if other := c.sealing[id]; other != "" {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition,
+			"sandbox %s runs sealed exec %s: wait for it to end, then pack it", id, other)
+	}
 	if c.packing == nil {
 		c.packing = map[string]bool{}
 	}

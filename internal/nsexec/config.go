@@ -63,6 +63,7 @@ const (
 	tagSeccomp     = 11 // struct sock_filter array, once
 	tagSetsid      = 12 // empty, once
 	tagTTY         = 13 // empty, once
+	tagMntNS       = 14 // string, once
 )
 
 // recordHeaderSize is the size of a record's tag and length.
@@ -105,6 +106,11 @@ type ExecConfig struct {
 	// TTY makes descriptor 0 (a terminal) the command's controlling
 	// terminal. It needs Setsid.
 	TTY bool
+	// MountNS, when set, is the absolute path of a mount namespace file
+	// (/proc/PID/task/TID/ns/mnt) the command enters instead of the
+	// target's: before the target's user namespace, so it may be one the
+	// sandbox has no power over (a sealed exec's).
+	MountNS string
 }
 
 // validate checks what Encode and DecodeExecConfig both require.
@@ -124,6 +130,8 @@ func (c ExecConfig) validate() error {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec: working directory %q is not absolute: start it with /", c.Cwd)
 	case len(c.Seccomp)%SockFilterSize != 0 || len(c.Seccomp) > MaxSeccompInsns*SockFilterSize:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec: seccomp filter of %d bytes is not 1 to %d instructions of %d bytes", len(c.Seccomp), MaxSeccompInsns, SockFilterSize)
+	case c.MountNS != "" && !path.IsAbs(c.MountNS):
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec: mount namespace file %q is not absolute", c.MountNS)
 	case c.TTY && !c.Setsid:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "exec: a controlling terminal needs a new session (set Setsid)")
 	}
@@ -146,6 +154,9 @@ func (c ExecConfig) validate() error {
 		return nil
 	}
 	if err := check("cgroup file", c.CgroupProcs...); err != nil {
+		return err
+	}
+	if err := check("mount namespace file", c.MountNS); err != nil {
 		return err
 	}
 	if err := check("working directory", c.Cwd); err != nil {
@@ -197,6 +208,9 @@ func (c ExecConfig) Encode() ([]byte, error) {
 	}
 	if c.TTY {
 		e.record(tagTTY, nil)
+	}
+	if c.MountNS != "" {
+		e.str(tagMntNS, c.MountNS)
 	}
 	if len(e.b) > MaxConfigSize {
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "exec: command line and environment take %d bytes, more than the limit of %d", len(e.b), MaxConfigSize)
@@ -294,6 +308,11 @@ func DecodeExecConfig(b []byte) (ExecConfig, error) {
 			default:
 				c.TTY = true
 			}
+		case tagMntNS:
+			if len(p) == 0 {
+				return c, decodeErr("record %d: empty mount namespace file", tag)
+			}
+			c.MountNS = string(p)
 		case tagSeccomp:
 			if len(p) == 0 {
 				return c, decodeErr("record %d: empty seccomp filter", tag)

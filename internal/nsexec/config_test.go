@@ -27,6 +27,7 @@ func fullConfig() ExecConfig {
 		Seccomp:     make([]byte, 3*SockFilterSize),
 		Setsid:      true,
 		TTY:         true,
+		MountNS:     "/proc/1/task/2/ns/mnt",
 	}
 }
 
@@ -98,6 +99,8 @@ func TestEncodeInvalid(t *testing.T) {
 		{"seccomp not whole", func(c *ExecConfig) { c.Seccomp = make([]byte, 7) }},
 		{"seccomp too long", func(c *ExecConfig) { c.Seccomp = make([]byte, (MaxSeccompInsns+1)*SockFilterSize) }},
 		{"tty without setsid", func(c *ExecConfig) { c.Setsid = false }},
+		{"relative mount namespace", func(c *ExecConfig) { c.MountNS = "ns/mnt" }},
+		{"NUL in mount namespace", func(c *ExecConfig) { c.MountNS = "/proc/1/ns/mnt\x00" }},
 		{"too large", func(c *ExecConfig) { c.Env = []string{strings.Repeat("x", MaxConfigSize)} }},
 	}
 	for _, tt := range tests {

@@ -107,7 +107,8 @@ enum {
 	TAG_SECCOMP = 11,
 	TAG_SETSID = 12,
 	TAG_TTY = 13,
-	TAG_MAX = 13,
+	TAG_MNT_NS = 14,
+	TAG_MAX = 14,
 };
 
 struct config {
@@ -129,6 +130,7 @@ struct config {
 	unsigned short filter_len;
 	int setsid;
 	int tty;
+	char *mnt_ns; /* NULL: the target's mount namespace */
 };
 
 /* ---------------------------------------------------------------------
@@ -474,6 +476,11 @@ static void parse_config(const uint8_t *buf, size_t len, struct config *c)
 			for (size_t i = 0; i < c->n_groups; i++)
 				c->groups[i] = get32(p + 4 * i);
 			break;
+		case TAG_MNT_NS:
+			if (n == 0 || p[0] != '/')
+				status_fail(EINVAL, "config", "mount namespace file not absolute");
+			c->mnt_ns = config_str(p, n, tag);
+			break;
 		case TAG_CWD:
 			if (n == 0 || p[0] != '/')
 				status_fail(EINVAL, "config", "working directory not absolute");
@@ -613,6 +620,8 @@ static void join_namespaces(const struct config *c)
 		status_fail_uint(errno, "open target", c->pid);
 
 	for (size_t i = 0; i < sizeof(namespaces) / sizeof(namespaces[0]); i++) {
+		if (c->mnt_ns && namespaces[i].flag == CLONE_NEWNS)
+			continue;
 		path.n = 0;
 		dsec_msg_str(&path, "/proc/self/ns/");
 		dsec_msg_str(&path, namespaces[i].name);
@@ -635,6 +644,25 @@ static void join_namespaces(const struct config *c)
 	}
 	if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
 		status_fail_uint(errno, "open target", c->pid);
+
+	/*
+	 * A mount namespace of its own (a sealed exec's, made by the keeper and
+	 * owned by the host's user namespace) is entered instead of the
+	 * target's: after the paths above were read in the host's /proc (in
+	 * the new namespace /proc is the sandbox's), and before the target's
+	 * user namespace, while we still have the host's capabilities.
+	 */
+	if (c->mnt_ns) {
+		int fd = open(c->mnt_ns, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			status_fail(errno, "open mount namespace", c->mnt_ns);
+		if (setns(fd, CLONE_NEWNS) < 0)
+			status_fail(errno, "setns", c->mnt_ns);
+		if (close(fd) < 0 && errno != EINTR)
+			status_fail(errno, "setns", "close mount namespace");
+		if (!(flags & CLONE_NEWUSER) || !(flags & CLONE_NEWPID))
+			status_fail(EINVAL, "setns", "a mount namespace of its own needs the target's user and pid namespaces");
+	}
 
 	if (flags != 0 && setns(pidfd, flags) < 0)
 		status_fail_uint(errno, "setns", c->pid);

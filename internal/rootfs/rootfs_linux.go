@@ -336,3 +336,56 @@ func NewUserns(m IDMap, helper string, env []string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// Path returns the mount of an acquired layer (Acquire's result), or false
+// when no sandbox holds it.
+func (l *Layers) Path(digest string) (string, bool) {
+	name, err := shortName(digest)
+	if err != nil {
+		return "", false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refs[name] == 0 {
+		return "", false
+	}
+	return filepath.Join(l.dir, name, "r"), true
+}
+
+// ReadOnlyOverlay returns a detached, read-only overlay of lowers (highest
+// first, detached mounts such as IDMapped returns) without an upper layer:
+// the image as it was built, whatever a sandbox wrote over it. One layer
+// is returned as a read-only clone of itself.
+func ReadOnlyOverlay(lowersTopFirst []*os.File) (*os.File, error) {
+	if len(lowersTopFirst) == 0 {
+		return nil, fmt.Errorf("overlay: no lower layers")
+	}
+	if len(lowersTopFirst) == 1 {
+		tree, err := unix.OpenTree(int(lowersTopFirst[0].Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+		if err != nil {
+			return nil, fmt.Errorf("clone layer: %w", err)
+		}
+		return os.NewFile(uintptr(tree), "image"), nil
+	}
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("overlay: fsopen: %w", err)
+	}
+	defer unix.Close(fsfd)
+	fail := func(what string, err error) error {
+		return fmt.Errorf("mount read-only overlay: %s: %w%s", what, err, fsLog(fsfd))
+	}
+	for i, l := range lowersTopFirst {
+		if err := unix.FsconfigSetFd(fsfd, "lowerdir+", int(l.Fd())); err != nil {
+			return nil, fail(fmt.Sprintf("layer %d of %d", i+1, len(lowersTopFirst)), err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return nil, fail("create", err)
+	}
+	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOSUID)
+	if err != nil {
+		return nil, fail("fsmount", err)
+	}
+	return os.NewFile(uintptr(mnt), "image"), nil
+}

@@ -30,6 +30,7 @@ var commands = map[string]func(args []string) error{
 	"chroot":  chrootCmd,
 	"init":    initCmd,
 	"inotify": inotifyCmd,
+	"hijack":  hijackCmd,
 }
 
 func main() {

@@ -136,7 +136,7 @@ func (b *Backend) watchKeeper() {
 // Describe implements sandbox.Backend.
 func (b *Backend) Describe() sandbox.Description {
 	d := sandbox.Description{Name: Name, Tier: sandbox.TierContainer, Features: []sandbox.Capability{
-		sandbox.CapMemoryLimit, sandbox.CapPidsLimit, sandbox.CapTTY, sandbox.CapRestart,
+		sandbox.CapMemoryLimit, sandbox.CapPidsLimit, sandbox.CapTTY, sandbox.CapRestart, sandbox.CapSealedExec,
 		sandbox.CapSessions,
 	}}
 	if b.cfg.DiskQuota != "off" {
@@ -238,6 +238,18 @@ var _ sandbox.EventSource = (*Backend)(nil)
 
 // StartExec implements sandbox.Backend.
 func (b *Backend) StartExec(ctx context.Context, id string, spec sandbox.ExecSpec) error {
+	if spec.Seal != sandbox.SealNone {
+		// An older keeper would ignore the field and run the command
+		// unsealed.
+		v, err := b.keeper.Version(ctx)
+		if err != nil {
+			return err
+		}
+		if v.Protocol < 4 {
+			return errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"the node keeper (pid %d) speaks keeper protocol %d, which has no sealed execs: restart dsec up once the sandboxes on lazy layers it serves are gone, so that a keeper of this dsec replaces it", v.Pid, v.Protocol)
+		}
+	}
 	return b.keeper.StartExec(ctx, keeper.ExecRequest{Sandbox: id, Spec: toKeeperExec(spec)})
 }
 

@@ -29,7 +29,7 @@ func toKeeperExec(s sandbox.ExecSpec) keeper.ExecSpec {
 	k := keeper.ExecSpec{
 		ID: s.ID, Argv: s.Argv, Env: s.Env, Cwd: s.Cwd, UID: s.UID, GID: s.GID, Groups: s.Groups,
 		Stdin: s.Stdin, StdinOpen: s.StdinOpen, TTY: s.TTY, Rows: s.Rows, Cols: s.Cols,
-		Timeout: s.Timeout, OutputLimit: s.OutputLimit,
+		Timeout: s.Timeout, OutputLimit: s.OutputLimit, Seal: int(s.Seal),
 	}
 	k.Session, k.SessionShell = s.Session, s.SessionShell
 	return k
@@ -39,7 +39,7 @@ func fromKeeperExit(e keeper.ExitStatus) sandbox.ExitStatus {
 	return sandbox.ExitStatus{
 		Code: e.Code, Signal: e.Signal, TimedOut: e.TimedOut, OOMKilled: e.OOMKilled,
 		StdoutTruncated: e.StdoutTruncated, StderrTruncated: e.StderrTruncated,
-		Lost: e.Lost, Started: e.Started, Ended: e.Ended,
+		Lost: e.Lost, Sealed: e.Sealed, Started: e.Started, Ended: e.Ended,
 		SessionLost: e.SessionLost, SessionRestarted: e.SessionRestarted,
 	}
 }
@@ -49,7 +49,7 @@ func fromKeeperExecs(in []keeper.ExecInfo) []sandbox.ExecInfo {
 	for i, e := range in {
 		out[i] = sandbox.ExecInfo{
 			ID: e.ID, Argv: e.Argv, TTY: e.TTY, Started: e.Started, Running: e.Running,
-			StdoutBytes: e.StdoutBytes, StderrBytes: e.StderrBytes,
+			StdoutBytes: e.StdoutBytes, StderrBytes: e.StderrBytes, Sealed: e.Sealed,
 		}
 		out[i].Session = e.Session
 		if e.Exit != nil {
