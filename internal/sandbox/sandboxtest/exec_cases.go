@@ -47,9 +47,9 @@ func readAll(t *testing.T, f *Fixture, id, execID string, s sandbox.Stream) stri
 
 func start(t *testing.T, f *Fixture, id string, spec sandbox.ExecSpec) string {
 	t.Helper()
-	execSeq++
+	seq := execSeq.Add(1)
 	if spec.ID == "" {
-		spec.ID = "s" + strings.ReplaceAll(t.Name(), "/", "-")[max(0, len(t.Name())-30):] + "-" + string(rune('a'+execSeq%26))
+		spec.ID = "s" + strings.ReplaceAll(t.Name(), "/", "-")[max(0, len(t.Name())-30):] + "-" + string(rune('a'+seq%26))
 		spec.ID = strings.Map(func(r rune) rune {
 			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
 				return r

@@ -17,6 +17,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,7 +160,8 @@ type Result struct {
 	Stdout, Stderr string
 }
 
-var execSeq int
+// execSeq numbers execs of tests that run them concurrently.
+var execSeq atomic.Int64
 
 // Exec runs argv in sandbox id and collects its output.
 func Exec(t *testing.T, f *Fixture, id string, spec sandbox.ExecSpec) Result {
@@ -173,9 +175,9 @@ func Exec(t *testing.T, f *Fixture, id string, spec sandbox.ExecSpec) Result {
 
 // ExecErr runs a command and collects its output.
 func ExecErr(ctx context.Context, b sandbox.Backend, id string, spec sandbox.ExecSpec) (Result, error) {
-	execSeq++
+	seq := execSeq.Add(1)
 	if spec.ID == "" {
-		spec.ID = fmt.Sprintf("t%d-%d", time.Now().UnixNano(), execSeq)
+		spec.ID = fmt.Sprintf("t%d-%d", time.Now().UnixNano(), seq)
 	}
 	if spec.Env == nil {
 		spec.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
