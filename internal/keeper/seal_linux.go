@@ -423,7 +423,7 @@ func (c *containerDriver) imageView(b *box, initPid int) (*os.File, error) {
 	b.mu.Unlock()
 	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", initPid))
 	if err != nil {
-		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox init is gone: %v", err)
+		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "the sandbox's init is gone: the sandbox ended (dsec ps shows how)")
 	}
 	defer userns.Close()
 	var views []*os.File
@@ -550,7 +550,7 @@ func (ns *sealNS) close() {
 func enterSealNS(initPid int, tools, image *os.File) error {
 	mntfd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", initPid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox init is gone: %v", err)
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "the sandbox's init is gone: the sandbox ended (dsec ps shows how)")
 	}
 	defer unix.Close(mntfd)
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
