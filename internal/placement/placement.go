@@ -2,7 +2,10 @@
 // nodes that can run the request (backend, memory headroom), then picks the
 // least loaded of k random candidates (the power of k choices), counting its
 // own recent placements so that a burst does not pile onto the node that
-// looked emptiest at the last poll. It returns a full order so that the
+// looked emptiest at the last poll. A recent placement counts only until a
+// report of the node taken after it (which already holds the sandbox), so
+// that a burst is not counted twice and a node with room does not look
+// full. It returns a full order so that the
 // caller can try the next node when an edge refuses.
 package placement
 
@@ -24,6 +27,10 @@ type Node struct {
 	MemoryCommitted  int64
 	Sandboxes        int64
 	Healthy          bool
+	// ReportedAt is when the load above was asked for: the report holds
+	// every sandbox placed before it. Zero if unknown (then a placement
+	// counts for the whole RecentWindow).
+	ReportedAt time.Time
 }
 
 // Request is what a new sandbox needs.
@@ -36,8 +43,8 @@ type Request struct {
 type Config struct {
 	// K is how many random candidates are compared (default 2).
 	K int
-	// RecentWindow is how long a placement counts against its node before
-	// the node's own report covers it (default 5 s).
+	// RecentWindow is the longest a placement counts against its node when
+	// no report taken after it arrives (default 5 s).
 	RecentWindow time.Duration
 }
 
@@ -80,7 +87,7 @@ func (p *Placer) Order(nodes []Node, req Request) []string {
 		if !n.Healthy || !slices.Contains(n.Backends, req.Backend) {
 			continue
 		}
-		extra := p.recentMem(n.Name, now)
+		extra := p.recentMem(n.Name, n.ReportedAt, now)
 		free := n.MemoryAdmissible - n.MemoryCommitted - extra
 		if free < req.MemoryBytes {
 			continue
@@ -114,11 +121,13 @@ func (p *Placer) Placed(node string, mem int64) {
 	p.recent[node] = append(p.recent[node], placed{at: time.Now(), mem: mem})
 }
 
-// recentMem sums the memory of recent placements on node; guarded by mu.
-func (p *Placer) recentMem(node string, now time.Time) int64 {
+// recentMem sums the memory of the placements on node that its report
+// taken at reported does not hold yet (made after it) and that are within
+// the window; guarded by mu. Placements are in time order.
+func (p *Placer) recentMem(node string, reported, now time.Time) int64 {
 	rs := p.recent[node]
 	i := 0
-	for i < len(rs) && now.Sub(rs[i].at) > p.window {
+	for i < len(rs) && (now.Sub(rs[i].at) > p.window || !rs[i].at.After(reported)) {
 		i++
 	}
 	rs = rs[i:]

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -51,6 +52,43 @@ func TestRecentPlacementsCount(t *testing.T) {
 	p.Placed("a", 10)
 	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: 10}); len(got) != 0 {
 		t.Errorf("Order after 100 of 100 placed = %v, want none", got)
+	}
+}
+
+// The node's report taken after a burst already holds the burst: counting
+// the recent placements on top of it made a node with room look full (the
+// run_code stall of issue 13: 1 GiB sandboxes at 15/s over a 5 s window).
+func TestReportAfterPlacementsHoldsThem(t *testing.T) {
+	const gib = 1 << 30
+	p := New(Config{})
+	for range 20 {
+		p.Placed("a", gib)
+	}
+	// The report asked for after the burst: 20 GiB of 24 committed.
+	nodes := []Node{{Name: "a", Backends: []string{"container"}, MemoryAdmissible: 24 * gib,
+		MemoryCommitted: 20 * gib, Healthy: true, ReportedAt: time.Now()}}
+	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: gib}); len(got) != 1 {
+		t.Fatalf("Order with 4 GiB free in a report that holds the burst = %v, want [a]", got)
+	}
+	// Placements after the report still count: 4 more fill the node.
+	for range 4 {
+		p.Placed("a", gib)
+	}
+	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: gib}); len(got) != 0 {
+		t.Errorf("Order after 4 GiB placed since the report = %v, want none", got)
+	}
+}
+
+// A report asked for before a burst does not hold it: the burst counts.
+func TestReportBeforePlacementsCountsThem(t *testing.T) {
+	nodes := []Node{{Name: "a", Backends: []string{"container"}, MemoryAdmissible: 100,
+		Healthy: true, ReportedAt: time.Now().Add(-time.Millisecond)}}
+	p := New(Config{})
+	for range 10 {
+		p.Placed("a", 10)
+	}
+	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: 10}); len(got) != 0 {
+		t.Errorf("Order after 100 of 100 placed since the report = %v, want none", got)
 	}
 }
 

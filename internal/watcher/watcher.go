@@ -153,6 +153,9 @@ func (w *Watcher) Placement() []placement.Node {
 	for _, s := range states {
 		pn := placement.Node{Name: s.Node.Name, Backends: s.Node.Backends, Healthy: s.Healthy}
 		if s.Status != nil {
+			// Seen is taken before the status request: the report holds
+			// every sandbox whose create returned before it.
+			pn.ReportedAt = s.Seen
 			pn.Backends = s.Status.Backends
 			pn.MemoryAdmissible = s.Status.MemoryAdmissibleBytes
 			pn.MemoryCommitted = s.Status.MemoryCommittedBytes
