@@ -142,6 +142,7 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	sem chan struct{}
+	met *metrics
 	// newSandbox creates a sandbox (create; tests replace it).
 	newSandbox func(ctx context.Context, key poolKey) (*dsec.Sandbox, error)
 	// deleteSandbox deletes one (sb.Delete; tests replace it).
@@ -211,7 +212,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent),
+		cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxConcurrent), met: newMetrics(),
 		ctx: ctx, stop: stop, pools: make(map[poolKey]*pool),
 	}
 	s.newSandbox = s.create
@@ -454,6 +455,20 @@ func sandboxError(format string, args ...any) *RunCodeResponse {
 
 // RunCode runs one request in a sandbox of its own.
 func (s *Server) RunCode(ctx context.Context, req *RunCodeRequest) *RunCodeResponse {
+	name := ""
+	if _, ok := s.cfg.Languages[req.Language]; ok {
+		name = req.Language
+	}
+	var wait time.Duration
+	queued := false
+	resp := s.runCode(ctx, req, func(d time.Duration) { wait, queued = d, true })
+	s.met.observe(name, resp.Status, wait, queued)
+	return resp
+}
+
+// runCode is RunCode; it calls waited with the time the call waited for a
+// slot and a sandbox once it has one.
+func (s *Server) runCode(ctx context.Context, req *RunCodeRequest, waited func(time.Duration)) *RunCodeResponse {
 	lang, ok := s.cfg.Languages[req.Language]
 	if !ok {
 		return sandboxError("unknown language %q: this server runs %s", req.Language, strings.Join(s.languageNames(), ", "))
@@ -483,15 +498,20 @@ func (s *Server) RunCode(ctx context.Context, req *RunCodeRequest) *RunCodeRespo
 		return sandboxError("%v", err)
 	}
 
+	queuedAt := time.Now()
 	select {
 	case s.sem <- struct{}{}:
 		defer func() { <-s.sem }()
 	case <-ctx.Done():
+		waited(time.Since(queuedAt))
 		return sandboxError("the call was canceled while waiting for a free slot: %v", ctx.Err())
 	}
 	var sb *dsec.Sandbox
 	for attempt := 1; ; attempt++ {
 		sb, err = s.sandbox(ctx, poolKey{image: lang.Image, memory: memory})
+		if attempt == 1 {
+			waited(time.Since(queuedAt))
+		}
 		if err != nil {
 			if errors.Is(err, dsec.ErrNotFound) {
 				return sandboxError("cannot start a %s sandbox: %v (build the image, and make it public: see `dsec image build --help` and the SandboxFusion docs)", req.Language, err)

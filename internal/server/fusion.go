@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/dsecproject/dsec/internal/apiserver"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/fusion"
@@ -91,7 +93,7 @@ func listenFusion(fc *FusionConfig, stateDir string) (net.Listener, error) {
 // a client of the API at apiAddr under a new service key of the reserved
 // project, checking the keys clients send with api. It returns what stops
 // it (idempotent).
-func startFusion(ctx context.Context, fc FusionConfig, ln net.Listener, apiAddr string, keys *apiserver.ServiceKeys, api *apiserver.Server, node string, log *slog.Logger) (func(), error) {
+func startFusion(ctx context.Context, fc FusionConfig, ln net.Listener, apiAddr string, keys *apiserver.ServiceKeys, api *apiserver.Server, node string, reg prometheus.Registerer, log *slog.Logger) (func(), error) {
 	only := fc.clientKey
 	if only != "" {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -137,6 +139,12 @@ func startFusion(ctx context.Context, fc FusionConfig, ln net.Listener, apiAddr 
 		client.Close()
 		return nil, err
 	}
+	coll := fs.Collector()
+	if err := reg.Register(coll); err != nil {
+		_ = fs.Close(ctx)
+		client.Close()
+		return nil, err
+	}
 	fs.Start()
 	srv := &http.Server{Handler: fs.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
@@ -151,6 +159,7 @@ func startFusion(ctx context.Context, fc FusionConfig, ln net.Listener, apiAddr 
 			if err := fs.Close(ctx); err != nil {
 				log.Warn("SandboxFusion API: shut down", "err", err)
 			}
+			reg.Unregister(coll)
 			client.Close()
 		})
 	}, nil

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/dsecproject/dsec/internal/apiserver"
 	"github.com/dsecproject/dsec/internal/cluster"
 	"github.com/dsecproject/dsec/internal/errdefs"
@@ -40,6 +42,9 @@ func TestFusionKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys apiserver.ServiceKeys
+	// One registry for every server in turn: each registers its metrics
+	// and takes them out when it stops.
+	reg := prometheus.NewRegistry()
 	api := apiserver.New(apiserver.Config{Cluster: store, ServiceKeys: &keys, Logger: log})
 
 	ping := func(t *testing.T, addr, key string) int {
@@ -75,11 +80,14 @@ func TestFusionKeys(t *testing.T) {
 				t.Fatalf("listenFusion(%+v) = %v", tt.fc, err)
 			}
 			defer ln.Close()
-			stop, err := startFusion(ctx, tt.fc, ln, "http://127.0.0.1:1", &keys, api, "test", log)
+			stop, err := startFusion(ctx, tt.fc, ln, "http://127.0.0.1:1", &keys, api, "test", reg, log)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer stop()
+			if !hasMetric(t, reg, "dsec_sandboxfusion_calls_in_flight") {
+				t.Errorf("the registry has no dsec_sandboxfusion_calls_in_flight while the SandboxFusion API runs")
+			}
 			addr := ln.Addr().String()
 			for _, c := range []struct {
 				what, key string
@@ -122,6 +130,20 @@ func TestFusionKeys(t *testing.T) {
 	} else {
 		ln.Close()
 	}
+}
+
+func hasMetric(t *testing.T, reg *prometheus.Registry, name string) bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return true
+		}
+	}
+	return false
 }
 
 func writeKey(t *testing.T, key string) string {

@@ -277,7 +277,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if cfg.SandboxFusion.MaxBodyBytes == 0 {
 			cfg.SandboxFusion.MaxBodyBytes = cfg.MaxRequestBytes
 		}
-		stop, err := startFusion(ctx, cfg.SandboxFusion, fusionLn, addr, &serviceKeys, api, cfg.Node, log)
+		stop, err := startFusion(ctx, cfg.SandboxFusion, fusionLn, addr, &serviceKeys, api, cfg.Node, mets.Registry, log)
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
