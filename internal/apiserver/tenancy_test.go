@@ -40,6 +40,8 @@ type countingEdge struct {
 	n         int
 	creates   []*sandboxv1.CreateRequest
 	grades    int
+	// admissible is the memory the node admits (0: 1 PiB).
+	admissible int64
 }
 
 func (e *countingEdge) Create(_ context.Context, req *connect.Request[sandboxv1.CreateRequest]) (*connect.Response[sandboxv1.CreateResponse], error) {
@@ -86,7 +88,13 @@ func (e *countingEdge) Status(context.Context, *connect.Request[nodev1.StatusReq
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	projects := map[string]*nodev1.ProjectUsage{}
+	var committed int64
+	admissible := e.admissible
+	if admissible == 0 {
+		admissible = 1 << 50
+	}
 	for _, sb := range e.sandboxes {
+		committed += sb.GetResources().GetMemoryBytes()
 		u := projects[sb.Project]
 		if u == nil {
 			u = &nodev1.ProjectUsage{}
@@ -97,7 +105,7 @@ func (e *countingEdge) Status(context.Context, *connect.Request[nodev1.StatusReq
 	}
 	return connect.NewResponse(&nodev1.StatusResponse{
 		Node: "n1", Backends: []string{"container"}, Sandboxes: int64(len(e.sandboxes)),
-		MemoryAdmissibleBytes: 1 << 50, Projects: projects,
+		MemoryAdmissibleBytes: admissible, MemoryCommittedBytes: committed, Projects: projects,
 	}), nil
 }
 
