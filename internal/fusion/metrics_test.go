@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
@@ -32,22 +31,17 @@ func gather(t *testing.T, reg *prometheus.Registry, name string) map[string]floa
 				}
 				key += l.GetValue()
 			}
-			out[key] = value(m)
+			switch {
+			case m.Counter != nil:
+				out[key] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[key] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				out[key] = float64(m.GetHistogram().GetSampleCount())
+			}
 		}
 	}
 	return out
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Histogram != nil:
-		return float64(m.GetHistogram().GetSampleCount())
-	}
-	return 0
 }
 
 func TestMetrics(t *testing.T) {
