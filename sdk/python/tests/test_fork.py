@@ -12,7 +12,7 @@ import threading
 import unittest
 
 import support
-from support import FakeServer, unary_ok
+from support import FakeServer, Reply, end_stream, envelope, unary_ok
 
 import libdsec
 from libdsec import sync
@@ -46,6 +46,9 @@ def _async_in_child(i):
 
 
 def handle(path, headers, body):
+    if path.endswith("/Watch"):
+        # A keepalive now, the end after a while.
+        return Reply(content_type="application/connect+json", chunks=[(0, envelope({})), (1.5, end_stream())])
     if path.endswith("/WhoAmI"):
         return unary_ok({"key": {"id": "k1", "admin": True}})
     return unary_ok({"sandbox": SANDBOX})
@@ -155,6 +158,32 @@ class ForkTest(unittest.TestCase):
         for _ in range(3):
             self.assertTrue(c.whoami().admin)
         self.assertEqual(c.transport_stats["connections"], made, "the parent's connection was lost")
+
+
+    def test_a_stream_open_at_the_fork_stays_the_parents(self):
+        c = sync.DSecClient(self.srv.addr, "test-key", max_retries=0, timeout=10)
+        self.addCleanup(c.close)
+        w = c.watch()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            signal.alarm(TIMEOUT)
+            try:
+                try:
+                    next(iter(w))
+                    code = 2
+                except sync.FailedPreconditionError as e:
+                    code = 0 if "before fork()" in str(e) else 3
+                w.close()
+                code = code or (0 if c.whoami().admin else 4)
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(status, 0)
+        # The parent reads its stream to the end the server gave it.
+        with self.assertRaisesRegex(sync.UnavailableError, "ended the watch stream"):
+            next(iter(w))
+        self.assertTrue(c.whoami().admin)
 
 
 if __name__ == "__main__":
