@@ -14,6 +14,7 @@ holding ``{"error": …, "metadata": …}``.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import ssl
 import urllib.parse
@@ -40,9 +41,18 @@ class NoRetry(Exception):
         self.err = err
 
 
+# What a forked child inherited (transports and streams of the parent's
+# connections): kept referenced, never closed there. The sockets, and the
+# epoll instance of the loop they are registered with, are shared with the
+# parent: closing them in the child would unregister the parent's sockets
+# (its calls would hang) or interleave bytes on them.
+_forked_leftovers: List[Any] = []
+
+
 class Transport:
     """Calls one dsec API server. Not thread-safe: use it from one event
-    loop."""
+    loop, in the process that made it (see DSecClient._transport for what
+    a forked child does)."""
 
     def __init__(self, addr: str, api_key: str, key_hint: str, user_agent: str, *,
                  max_concurrency: Optional[int], max_retries: int, max_idle: int,
@@ -64,6 +74,23 @@ class Transport:
         self.max_retries = max_retries
         self.stream_idle_timeout = stream_idle_timeout
         self.closed = False
+        self.pid = os.getpid()
+        try:
+            self._loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+
+    @property
+    def forked(self) -> bool:
+        """Whether this process is a fork() child of the one that made it."""
+        return self.pid != os.getpid()
+
+    @property
+    def stale(self) -> bool:
+        """Whether the connections cannot serve this process's calls: it is a
+        fork() child, or the loop they were made in is closed (a second
+        asyncio.run, as a pool worker does for each task)."""
+        return self.forked or (self._loop is not None and self._loop.is_closed())
 
     @property
     def connections_made(self) -> int:
@@ -72,6 +99,9 @@ class Transport:
 
     async def close(self) -> None:
         self.closed = True
+        if self.forked:
+            _forked_leftovers.append(self)
+            return
         await self._pool.close()
 
     # --- plumbing ---------------------------------------------------------
@@ -274,6 +304,10 @@ class ServerStream:
         resp = self._resp
         if resp is None:
             raise errors.FailedPreconditionError("the stream is closed")
+        if self._t.forked:
+            self.close()
+            raise errors.FailedPreconditionError(
+                "this stream was opened before fork(), in the parent process: open it again in the child")
         while len(self._buf) < n:
             try:
                 if self._t.stream_idle_timeout is None:
@@ -341,6 +375,9 @@ class ServerStream:
         to its end. Idempotent."""
         resp, self._resp = self._resp, None
         if resp is not None:
+            if self._t.forked:
+                _forked_leftovers.append(resp)  # the parent's connection
+                return
             resp.close()
             self._t._unslot()
 

@@ -7,7 +7,7 @@ import re
 from typing import Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import __version__, _wire, errors
-from ._transport import NoRetry, ServerStream, Transport
+from ._transport import NoRetry, ServerStream, Transport, _forked_leftovers
 from .config import Config, load_config
 from .sandbox import Sandbox, Source, _chunks
 from .types import BatchResult, Event, Image, ImageConfig, Key, Layer
@@ -284,6 +284,12 @@ class DSecClient:
     def _transport(self) -> Transport:
         if self._closed:
             raise errors.FailedPreconditionError("the client is closed: make a new DSecClient")
+        if self._t is not None and self._t.stale:
+            # A fork() child: the parent's connections are not ours (see
+            # Transport.close); or their loop is gone. Connect anew.
+            if self._t.forked:
+                _forked_leftovers.append(self._t)
+            self._t = None
         if self._t is None:
             self._t = Transport(self.config.addr, self.config.api_key, self.config.key_hint, self._ua,
                                 **self._opts)  # type: ignore[arg-type]

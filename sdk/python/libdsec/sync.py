@@ -14,6 +14,14 @@ the calls, so it works where an event loop already runs in the calling
 thread (Jupyter). Objects it returns (sandboxes, processes, watches) wrap
 their asyncio counterparts the same way; iterating a process or a watch is
 a plain ``for`` loop. A client is safe to use from several threads.
+
+A client survives fork() (``multiprocessing`` with the fork start method,
+a ``ProcessPoolExecutor`` of reward workers): the child's first call starts
+a new loop thread and new connections; the parent's keep working. What the
+parent had (its loop, its sockets, streams open at the fork) is left alone
+in the child, never closed there: the sockets and the loop's epoll instance
+are shared with the parent, and closing them in the child would break the
+parent's calls.
 """
 
 from __future__ import annotations
@@ -23,7 +31,9 @@ import concurrent.futures
 import dataclasses
 import functools
 import inspect
+import os
 import threading
+import weakref
 from typing import Any, Awaitable, Callable, Iterator, Optional, TypeVar
 
 from . import client as _client
@@ -40,18 +50,44 @@ T = TypeVar("T")
 
 
 class _Loop:
-    """An event loop running in a daemon thread."""
+    """An event loop running in a daemon thread; after fork() the child's
+    first call starts a new one (a forked child has none of the parent's
+    threads, so the old loop would never run a call)."""
 
     def __init__(self) -> None:
+        self._mu = threading.Lock()
+        self._start()
+        _loops.add(self)
+
+    def _start(self) -> None:
+        self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="libdsec-loop", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(self.loop,), name="libdsec-loop", daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+    @staticmethod
+    def _run(loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_forever()
+
+    def _check_fork(self) -> None:
+        if self.pid == os.getpid():
+            return
+        with self._mu:
+            if self.pid == os.getpid():
+                return
+            # The parent's loop: kept, never closed or stopped here (its
+            # selector and wake-up pipe are the parent's too).
+            _forked_leftovers.append((self.loop, self._thread))
+            if not self.loop.is_closed():
+                self._start()
+
+    def _after_fork_in_child(self) -> None:
+        # The lock may have been held by a thread that is not in the child.
+        self._mu = threading.Lock()
 
     def run(self, aw: Awaitable[T]) -> T:
+        self._check_fork()
         if self.loop.is_closed() or threading.current_thread() is self._thread:
             close = getattr(aw, "close", None)
             if close is not None:
@@ -73,6 +109,7 @@ class _Loop:
             raise
 
     def stop(self) -> None:
+        self._check_fork()
         if self.loop.is_closed():
             return
 
@@ -87,6 +124,21 @@ class _Loop:
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+# The live loops, for the fork hook; and what the parent had, kept
+# referenced in a child so that nothing closes it there.
+_loops: "weakref.WeakSet[_Loop]" = weakref.WeakSet()
+_forked_leftovers: list = []
+
+
+def _after_fork_in_child() -> None:
+    for lp in list(_loops):
+        lp._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 async def _as_coro(aw: Awaitable[T]) -> T:
@@ -218,6 +270,7 @@ class DSecClient(_Wrapper):
 
     def close(self) -> None:
         """Close the client and stop its event loop thread. Idempotent."""
+        self._loop._check_fork()
         if self._loop.loop.is_closed():
             return
         try:
@@ -240,5 +293,5 @@ class DSecClient(_Wrapper):
             loop = object.__getattribute__(self, "_loop")
         except AttributeError:
             return
-        if not loop.loop.is_closed() and loop.loop.is_running():
+        if loop.pid == os.getpid() and not loop.loop.is_closed() and loop.loop.is_running():
             loop.loop.call_soon_threadsafe(loop.loop.stop)

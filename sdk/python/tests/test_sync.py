@@ -3,6 +3,7 @@
 import asyncio
 import concurrent.futures
 import io
+import multiprocessing
 import os
 import tempfile
 import threading
@@ -14,6 +15,14 @@ from support import IMAGE
 
 import libdsec
 from libdsec import sync
+
+
+_forked_sandbox = None  # made in the parent, used by the forked workers
+
+
+def _run_in_child(i):
+    sb = _forked_sandbox
+    return os.getpid(), sb.run_shell("echo %d" % i).stdout, sb.refresh().state
 
 
 class SyncTest(unittest.TestCase):
@@ -113,6 +122,29 @@ class SyncTest(unittest.TestCase):
         for t in threads:
             t.join()
         self.assertEqual(out, {i: "%d\n" % i for i in range(4)})
+
+    @unittest.skipUnless("fork" in multiprocessing.get_all_start_methods(), "no fork() here")
+    def test_fork_pool_of_reward_workers(self):
+        # What an RL reward function does: a fork pool whose workers call
+        # through the client (and a sandbox) the parent made before forking.
+        global _forked_sandbox
+        sb = self.client.create(IMAGE, labels={"job": self.job}, memory="32M")
+        self.assertEqual(sb.run_shell("echo parent").stdout, "parent\n")
+        _forked_sandbox = sb
+        pool = multiprocessing.get_context("fork").Pool(4)
+        try:
+            try:
+                results = pool.map_async(_run_in_child, range(8)).get(120)
+            except multiprocessing.TimeoutError:
+                self.fail("a forked worker hung in a call through the parent's client")
+        finally:
+            pool.terminate()
+            pool.join()
+        self.assertEqual(sorted(out for _, out, _ in results), sorted("%d\n" % i for i in range(8)))
+        self.assertTrue(all(pid != os.getpid() and state == "running" for pid, _, state in results), results)
+        # The parent's client and sandbox keep working.
+        self.assertEqual(sb.run_shell("echo again").stdout, "again\n")
+        self.assertIn(sb.id, [s.id for s in self.client.list_sandboxes({"job": self.job})])
 
     def test_inside_a_running_loop(self):
         # What a notebook does: sync calls while an event loop runs in the
