@@ -50,6 +50,9 @@ within --timeout.`,
 			}
 			out := cmd.OutOrStdout()
 			rec, running, err := uplock.Running(stateDir)
+			if errors.Is(err, os.ErrPermission) {
+				return fmt.Errorf("cannot read %s/run: run dsec down as root (or as the user that runs dsec up)", stateDir)
+			}
 			if err != nil {
 				return err
 			}
