@@ -3,9 +3,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/dsecproject/dsec/internal/uplock"
 )
@@ -50,5 +54,29 @@ func TestDownAllNeedsYes(t *testing.T) {
 	err := root.Execute()
 	if err == nil || exitCodeOf(err) != 2 {
 		t.Fatalf("down --all without --yes = %v; want a usage error", err)
+	}
+}
+
+// A dsec up that ignores SIGTERM makes down fail within its timeout with
+// an error naming the pid.
+func TestStopUpTimeout(t *testing.T) {
+	c := exec.Command("sh", "-c", `trap "" TERM; while :; do sleep 0.1; done`)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	time.Sleep(100 * time.Millisecond) // the trap is set
+	st, err := uplock.StartTime(c.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := uplock.Record{Pid: c.Process.Pid, StartTime: st}
+	start := time.Now()
+	err = stopUp(rec, 300*time.Millisecond, "/var/lib/dsec")
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", c.Process.Pid)) || !strings.Contains(err.Error(), "did not exit within") {
+		t.Fatalf("stopUp of a process that ignores SIGTERM = %v; want an error naming its pid", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("stopUp took %v with a 300ms timeout", d)
 	}
 }
