@@ -34,9 +34,9 @@ import (
 	"github.com/dsecproject/dsec/internal/metrics"
 	"github.com/dsecproject/dsec/internal/placement"
 	"github.com/dsecproject/dsec/internal/purge"
-	"github.com/dsecproject/dsec/internal/uplock"
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/sandbox"
+	"github.com/dsecproject/dsec/internal/uplock"
 	"github.com/dsecproject/dsec/internal/watcher"
 )
 
