@@ -440,15 +440,11 @@ func TestUpDetached(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "--listen") {
 		t.Errorf("dsec up -d on a busy port = %q, %v; want a failure naming --listen", out, err)
 	}
-	// Stop the detached one: SIGTERM through its pid file-less process.
-	pids, _ := exec.Command("pgrep", "-f", "up --state-dir "+p.StateDir).Output()
-	for _, pid := range strings.Fields(string(pids)) {
-		_ = exec.Command("kill", pid).Run()
+	// Stop the detached one with dsec down, which waits until it has exited.
+	if b, err := exec.Command(p.Bin, "down", "--state-dir", p.StateDir).CombinedOutput(); err != nil || !strings.Contains(string(b), "stopped dsec up (pid ") {
+		t.Errorf("dsec down after up -d = %q, %v", b, err)
 	}
-	for range 200 {
-		if _, err := http.Get("http://" + p.Addr + "/healthz"); err != nil {
-			break
-		}
-		time.Sleep(25 * time.Millisecond)
+	if _, err := http.Get("http://" + p.Addr + "/healthz"); err == nil {
+		t.Error("dsec up -d still answers after dsec down")
 	}
 }

@@ -90,6 +90,7 @@ Start the platform on this machine with "dsec up -d", then:
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "state directory of a local dsec (default $DSEC_STATE_DIR or /var/lib/dsec)")
 	root.AddCommand(
 		newUpCmd(g),
+		newDownCmd(g),
 		newKeeperCmd(g),
 		newRunCmd(g),
 		newExecCmd(g),

@@ -20,6 +20,7 @@ import (
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/server"
+	"github.com/dsecproject/dsec/internal/uplock"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -54,7 +55,9 @@ the container backend, and an embedded etcd, all in this process (plus one node
 keeper process that owns the sandboxes and outlives it).
 
 In the foreground it runs until Ctrl-C or SIGTERM, which stop the platform but
-not the sandboxes: the next "dsec up" finds them again. With -d it starts in the
+not the sandboxes: the next "dsec up" finds them again; "dsec down" does the
+same from another terminal (and "dsec down --all" also deletes the sandboxes).
+One dsec up runs per state directory: a second one says which runs (pid, API). With -d it starts in the
 background and returns once the API answers (exit 0) or start-up failed.
 
 On first start it writes an admin API key to <state-dir>/admin.key (0600).
@@ -183,6 +186,9 @@ func upDetached(cmd *cobra.Command, stateDir, listen string) error {
 	if err != nil {
 		return err
 	}
+	if rec, running, err := uplock.Running(stateDir); running && err == nil {
+		return &uplock.RunningError{Record: rec, StateDir: stateDir}
+	}
 	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o700); err != nil {
 		return err
 	}
@@ -225,12 +231,21 @@ func upDetached(cmd *cobra.Command, stateDir, listen string) error {
 		resp, err := client.Get(url)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			// Another server may answer the address: only the one
+			// started here, once it has bound it, counts.
+			if resp.StatusCode == http.StatusOK && startedHere(stateDir, c.Process.Pid) {
 				fmt.Fprintf(cmd.OutOrStdout(), "dsec is up at http://%s (pid %d, log %s)\n", listen, c.Process.Pid, logPath)
 				return nil
 			}
 		}
 	}
+}
+
+// startedHere reports whether the dsec up recorded in stateDir (which
+// records itself once it has bound its address) is pid.
+func startedHere(stateDir string, pid int) bool {
+	rec, running, err := uplock.Running(stateDir)
+	return err == nil && running && rec.Pid == pid
 }
 
 func tail(path string, n int) string {

@@ -36,6 +36,7 @@ import (
 	"github.com/dsecproject/dsec/internal/purge"
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/sandbox"
+	"github.com/dsecproject/dsec/internal/uplock"
 	"github.com/dsecproject/dsec/internal/watcher"
 )
 
@@ -140,12 +141,27 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 	}
+	// One `dsec up` per state dir: a second one names the first.
+	lock, err := uplock.Acquire(cfg.StateDir)
+	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return err
+	}
+	if lock != nil {
+		defer lock.Release()
+	}
 	// Bind first: a busy port is the most common start-up failure.
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return errdefs.Newf(errdefs.ErrUnavailable, "listen on %s (--listen): %v", cfg.Listen, err)
 	}
 	defer ln.Close()
+	// Recorded once bound, so that whoever reads it (dsec down, dsec up -d)
+	// knows this process is the one serving the address.
+	if lock != nil {
+		if err := lock.Record(ln.Addr().String()); err != nil {
+			return fmt.Errorf("record this dsec up in %s: %w", cfg.StateDir, err)
+		}
+	}
 	fusionLn, err := listenFusion(&cfg.SandboxFusion, cfg.StateDir)
 	if err != nil {
 		return err

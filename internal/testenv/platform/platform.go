@@ -156,6 +156,14 @@ func (p *Platform) start() error {
 	}
 }
 
+// Pid is the running dsec up's pid, 0 when none runs.
+func (p *Platform) Pid() int {
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Log returns dsec up's output and the keeper's log.
 func (p *Platform) Log() string {
 	b, _ := os.ReadFile(filepath.Join(p.StateDir, "up.log"))
