@@ -179,6 +179,9 @@ class ArgumentsTest(unittest.TestCase):
         self.assertEqual(libdsec.ExitStatus(signal=9).code, 137)
         self.assertEqual(libdsec.ExitStatus(timed_out=True, signal=9).code, 124)
         self.assertTrue(libdsec.ExitStatus().ok)
+        # A timed-out exec on the wire: timed out, signal 9, no exit code.
+        st = libdsec.ExitStatus._from_json("ex-1", {"signal": 9, "timedOut": True, "duration": "1s"})
+        self.assertEqual((st.timed_out, st.signal, st.exit_code, st.code, st.ok), (True, 9, 0, 124, False))
         r = libdsec.ExecResult(exit_code=1, stderr_bytes=b"bad \xff thing\n")
         self.assertEqual(r.stderr, "bad \ufffd thing\n")
         with self.assertRaises(libdsec.FailedPreconditionError) as cm:

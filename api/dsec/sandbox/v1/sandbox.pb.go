@@ -1327,8 +1327,11 @@ type ExecExit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Exit code, when the command exited.
 	ExitCode int32 `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	// Signal number, when a signal ended it (exit_code is then 0).
-	Signal          int32                `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	// Signal number, when a signal ended it (exit_code is then 0 and means
+	// nothing).
+	Signal int32 `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	// The request's timeout killed the command's process group: signal is
+	// then 9 and exit_code 0.
 	TimedOut        bool                 `protobuf:"varint,3,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	OomKilled       bool                 `protobuf:"varint,4,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	StdoutTruncated bool                 `protobuf:"varint,5,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
