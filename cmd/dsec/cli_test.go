@@ -456,7 +456,7 @@ func TestAttachExecsKill(t *testing.T) {
 		{ExecId: "ex-1", Argv: []string{"make", "all"}, StartedAt: fakeTime, Exit: &sandboxv1.ExecExit{ExitCode: 2}, StdoutBytes: 2048},
 		{ExecId: "ex-2", Argv: []string{"sh", "-c", "sleep 1; echo 'done'"}, StartedAt: fakeTime, Running: true},
 		{ExecId: "ex-3", Argv: []string{"yes"}, StartedAt: fakeTime, Exit: &sandboxv1.ExecExit{Signal: 9}},
-		{ExecId: "ex-4", Argv: []string{"sleep", "9"}, StartedAt: fakeTime, Exit: &sandboxv1.ExecExit{Signal: 9, TimedOut: true}},
+		{ExecId: "ex-4", Argv: []string{"sleep", "9"}, StartedAt: fakeTime, Exit: &sandboxv1.ExecExit{Signal: 9, TimedOut: true, Duration: durationpb.New(1500 * time.Millisecond)}},
 		{ExecId: "ex-5", Argv: []string{"x"}, StartedAt: fakeTime, Exit: &sandboxv1.ExecExit{Lost: true}},
 	}
 	f.mu.Unlock()
@@ -479,8 +479,15 @@ func TestAttachExecsKill(t *testing.T) {
 	}
 	out, _, _ = dsecRun(t, addr, "", "execs", "-o", "json", sbID)
 	var got []map[string]any
-	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 5 || got[0]["ID"] != "ex-1" {
-		t.Errorf("execs -o json = %s, %v; want 5 objects", out, err)
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 5 || got[0]["execId"] != "ex-1" {
+		t.Fatalf("execs -o json = %s, %v; want 5 objects with the API's names", out, err)
+	}
+	// The API's JSON names, a duration string, an RFC 3339 time; a timed-out
+	// exec has signal 9 and no exit code.
+	wantEx4 := map[string]any{"execId": "ex-4", "argv": []any{"sleep", "9"}, "startedAt": fakeTime.AsTime().Format(time.RFC3339),
+		"exit": map[string]any{"signal": float64(9), "timedOut": true, "duration": "1.500s"}}
+	if !cmp.Equal(got[3], wantEx4) {
+		t.Errorf("execs -o json for a timed-out exec = %v, want %v", got[3], wantEx4)
 	}
 
 	for sig, want := range map[string]int32{"KILL": 9, "SIGUSR1": 10, "int": 2, "3": 3, "RTMIN+2": 36} {

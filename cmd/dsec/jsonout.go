@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
+	"github.com/dsecproject/dsec/sdk/go/dsec"
+)
+
+// -o json prints the API's own JSON: protobuf's canonical JSON mapping of
+// its messages (lowerCamelCase names, durations like "900s", timestamps in
+// RFC 3339, zero fields left out), the JSON the API itself speaks. The SDK's
+// structs are turned back into the messages they came from, never
+// marshaled as Go structs (Go names, nanoseconds).
+
+// encodeProtos writes msgs as an indented JSON array.
+func encodeProtos[M proto.Message](w io.Writer, msgs []M) error {
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i, m := range msgs {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		b, err := protojson.Marshal(m)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+	}
+	buf.WriteByte(']')
+	return writeIndented(w, buf.Bytes())
+}
+
+// encodeProto writes one message as indented JSON.
+func encodeProto(w io.Writer, m proto.Message) error {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return writeIndented(w, b)
+}
+
+// writeIndented re-indents protojson's output (whose spacing protobuf
+// varies on purpose) the way the CLI's other JSON is indented.
+func writeIndented(w io.Writer, b []byte) error {
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err := w.Write(out.Bytes())
+	return err
+}
+
+func timeProto(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func durationProto(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+func stateProto(s string) sandboxv1.State {
+	if v, ok := sandboxv1.State_value["STATE_"+strings.ToUpper(s)]; ok {
+		return sandboxv1.State(v)
+	}
+	return sandboxv1.State_STATE_UNSPECIFIED
+}
+
+func sandboxProto(sb *dsec.Sandbox) *sandboxv1.Sandbox {
+	return &sandboxv1.Sandbox{
+		Id:      sb.ID,
+		Image:   sb.Image,
+		Labels:  sb.Labels,
+		State:   stateProto(sb.State),
+		Reason:  sb.Reason,
+		Node:    sb.Node,
+		Backend: sb.Backend,
+		Project: sb.Project,
+		Resources: &sandboxv1.Resources{
+			MemoryBytes: sb.Resources.Memory,
+			Cpus:        sb.Resources.CPUs,
+			Pids:        sb.Resources.Pids,
+			DiskBytes:   sb.Resources.Disk,
+		},
+		CreatedAt:     timeProto(sb.CreatedAt),
+		ExpiresAt:     timeProto(sb.ExpiresAt),
+		IdleTtl:       durationProto(sb.IdleTTL),
+		IdleExpiresAt: timeProto(sb.IdleExpiresAt),
+		User:          sb.User,
+		Workdir:       sb.Workdir,
+		Env:           sb.Env,
+	}
+}
+
+func exitProto(st *dsec.ExitStatus) *sandboxv1.ExecExit {
+	if st == nil {
+		return nil
+	}
+	return &sandboxv1.ExecExit{
+		ExitCode:         int32(st.ExitCode),
+		Signal:           int32(st.Signal),
+		TimedOut:         st.TimedOut,
+		OomKilled:        st.OOMKilled,
+		StdoutTruncated:  st.StdoutTruncated,
+		StderrTruncated:  st.StderrTruncated,
+		Duration:         durationProto(st.Duration),
+		Lost:             st.Lost,
+		Sealed:           st.Sealed,
+		SessionLost:      st.SessionLost,
+		SessionRestarted: st.SessionRestarted,
+	}
+}
+
+func execInfoProto(e dsec.ExecInfo) *sandboxv1.ExecInfo {
+	return &sandboxv1.ExecInfo{
+		ExecId:      e.ID,
+		Argv:        e.Argv,
+		Tty:         e.TTY,
+		StartedAt:   timeProto(e.StartedAt),
+		Running:     e.Running,
+		Exit:        exitProto(e.Exit),
+		StdoutBytes: e.StdoutBytes,
+		StderrBytes: e.StderrBytes,
+		Session:     e.Session,
+		Sealed:      e.Sealed,
+	}
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
+)
+
+// listAPI answers List with its sandboxes.
+type listAPI struct {
+	*fakeAPI
+	sbs []*sandboxv1.Sandbox
+}
+
+func (a listAPI) List(context.Context, *connect.Request[sandboxv1.ListRequest]) (*connect.Response[sandboxv1.ListResponse], error) {
+	return connect.NewResponse(&sandboxv1.ListResponse{Sandboxes: a.sbs}), nil
+}
+
+func TestPsTTLLeftAndJSON(t *testing.T) {
+	now := time.Now()
+	hard := &sandboxv1.Sandbox{Id: "node1-aaaaaaaaaaaa", Image: "base", State: sandboxv1.State_STATE_RUNNING,
+		CreatedAt: timestamppb.New(now), ExpiresAt: timestamppb.New(now.Add(30 * time.Minute)),
+		IdleTtl: durationpb.New(time.Hour), IdleExpiresAt: timestamppb.New(now.Add(time.Hour))}
+	idle := &sandboxv1.Sandbox{Id: "node1-bbbbbbbbbbbb", Image: "base", State: sandboxv1.State_STATE_RUNNING,
+		CreatedAt: timestamppb.New(now), ExpiresAt: timestamppb.New(now.Add(time.Hour)),
+		IdleTtl: durationpb.New(900 * time.Second), IdleExpiresAt: timestamppb.New(now.Add(42500 * time.Millisecond))}
+	streaming := &sandboxv1.Sandbox{Id: "node1-cccccccccccc", Image: "base", State: sandboxv1.State_STATE_RUNNING,
+		CreatedAt: timestamppb.New(now), ExpiresAt: timestamppb.New(now.Add(50 * time.Minute)), IdleTtl: durationpb.New(time.Second)}
+	addr := startFakeHandler(t, listAPI{newFakeAPI(), []*sandboxv1.Sandbox{hard, idle, streaming}})
+
+	out, errOut, code := dsecRun(t, addr, "", "ps")
+	if code != 0 {
+		t.Fatalf("ps exits %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("ps printed:\n%s\nwant a header and 3 lines", out)
+	}
+	for i, want := range []string{" 29m ", " 42s idle ", " 49m "} {
+		if !strings.Contains(lines[i+1], want) || (i != 1 && strings.Contains(lines[i+1], "idle")) {
+			t.Errorf("ps line %q, want TTL LEFT %q", lines[i+1], strings.TrimSpace(want))
+		}
+	}
+
+	out, errOut, code = dsecRun(t, addr, "", "ps", "-o", "json")
+	if code != 0 {
+		t.Fatalf("ps -o json exits %d: %s", code, errOut)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 3 {
+		t.Fatalf("ps -o json = %s, %v; want 3 objects", out, err)
+	}
+	sb := got[1]
+	created, err := time.Parse(time.RFC3339, fmtString(sb["createdAt"]))
+	if sb["id"] != idle.Id || sb["idleTtl"] != "900s" || sb["state"] != "STATE_RUNNING" || err != nil || !created.Equal(now) {
+		t.Errorf("ps -o json sandbox = %v, want the API's names, idleTtl \"900s\", RFC 3339 times", sb)
+	}
+	for k := range sb {
+		if strings.ToLower(k[:1]) != k[:1] || strings.Contains(k, "_") {
+			t.Errorf("ps -o json has field %q, want the API's lowerCamelCase names", k)
+		}
+	}
+	if _, ok := sb["IdleTTL"]; ok {
+		t.Errorf("ps -o json has Go field names: %v", sb)
+	}
+}
+
+func fmtString(v any) string {
+	s, _ := v.(string)
+	return s
+}
