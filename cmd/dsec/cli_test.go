@@ -518,8 +518,9 @@ func TestStatsTimeoutLabelWatch(t *testing.T) {
 	}
 	out, _, code = dsecRun(t, addr, "", "stats", "--sample", "10ms", "-o", "json", sbID, "node1-zzzzzzzzzzzz")
 	var rows []map[string]any
-	if err := json.Unmarshal([]byte(out), &rows); err != nil || code != 125 || len(rows) != 1 || rows[0]["ID"] != sbID || rows[0]["CPUPercent"] == nil {
-		t.Errorf("stats -o json with a missing sandbox = %s, exit %d (%v); want one row with CPUPercent and exit 125", out, code, err)
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || code != 125 || len(rows) != 1 || rows[0]["sandboxId"] != sbID || rows[0]["cpuPercent"] == nil ||
+		rows[0]["cpuUsage"] != "1.500s" || rows[0]["memoryBytes"] != "67108864" {
+		t.Errorf("stats -o json with a missing sandbox = %s, exit %d (%v); want one row with the API's names, cpuUsage \"1.500s\", cpuPercent and exit 125", out, code, err)
 	}
 
 	out, _, code = dsecRun(t, addr, "", "timeout", sbID, "--ttl", "2h")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -140,4 +141,52 @@ func execInfoProto(e dsec.ExecInfo) *sandboxv1.ExecInfo {
 		Session:     e.Session,
 		Sealed:      e.Sealed,
 	}
+}
+
+func sessionProto(s dsec.SessionInfo) *sandboxv1.Session {
+	return &sandboxv1.Session{Name: s.Name, Shell: s.Shell, CreatedAt: timeProto(s.CreatedAt),
+		Commands: s.Commands, RunningExecId: s.RunningExecID}
+}
+
+func fileInfoProto(fi dsec.FileInfo) *sandboxv1.FileInfo {
+	return &sandboxv1.FileInfo{Path: fi.Path, Name: fi.Name, Type: fi.Type, LinkTarget: fi.LinkTarget,
+		Size: fi.Size, Mode: uint32(fi.Mode.Perm()) | modeBits(fi.Mode), ModTime: timeProto(fi.ModTime),
+		IsDir: fi.IsDir, Uid: uint32(fi.UID), Gid: uint32(fi.GID)}
+}
+
+// modeBits are the setuid, setgid and sticky bits of m as st_mode has them.
+func modeBits(m fs.FileMode) uint32 {
+	var b uint32
+	if m&fs.ModeSetuid != 0 {
+		b |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		b |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		b |= 0o1000
+	}
+	return b
+}
+
+// statsJSON is one sandbox's stats: the API's StatsResponse, with the
+// sandbox's ID and, when sampled, cpuPercent.
+func statsJSON(r statsRow) (json.RawMessage, error) {
+	b, err := protojson.Marshal(&sandboxv1.StatsResponse{
+		CpuUsage: durationpb.New(r.CPU), CpusLimit: r.CPUs, MemoryBytes: r.Memory, MemoryLimit: r.MemoryLimit,
+		Pids: r.Pids, PidsLimit: r.PidsLimit, DiskBytes: r.Disk, DiskLimit: r.DiskLimit, OomKills: r.OOMKills,
+		OutputBytes: r.Output, OutputLimit: r.OutputLimit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	m["sandboxId"], _ = json.Marshal(r.ID)
+	if r.CPUPercent != nil {
+		m["cpuPercent"], _ = json.Marshal(*r.CPUPercent)
+	}
+	return json.Marshal(m)
 }

@@ -77,3 +77,21 @@ func fmtString(v any) string {
 	s, _ := v.(string)
 	return s
 }
+
+func TestFsLsJSON(t *testing.T) {
+	addr := startFake(t, newFakeAPI())
+	out, errOut, code := dsecRun(t, addr, "", "fs", "ls", "-o", "json", sbID+":/w")
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 || len(got) != 2 {
+		t.Fatalf("fs ls -o json = %q, %q, exit %d, %v", out, errOut, code, err)
+	}
+	want := map[string]any{"path": "/w/z", "name": "z", "type": "file", "mode": float64(0o644), "size": "12", "modTime": "2026-01-02T03:04:05Z"}
+	for k, v := range want {
+		if got[1][k] != v {
+			t.Errorf("fs ls -o json %s = %v, want %v (the API's FileInfo)", k, got[1][k], v)
+		}
+	}
+	if _, ok := got[0]["ModTime"]; ok {
+		t.Errorf("fs ls -o json has Go field names: %v", got[0])
+	}
+}
