@@ -568,6 +568,9 @@ func TestStatsTimeoutLabelWatch(t *testing.T) {
 		} else if err != nil {
 			t.Fatalf("watch -o json line %d: %v", n, err)
 		}
+		if sb, _ := ev["sandbox"].(map[string]any); sb == nil || sb["id"] == nil || ev["Sandbox"] != nil {
+			t.Errorf("watch -o json event %v, want the API's names (sandbox.id)", ev)
+		}
 		n++
 	}
 	if n != 2 {

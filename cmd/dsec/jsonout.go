@@ -190,3 +190,29 @@ func statsJSON(r statsRow) (json.RawMessage, error) {
 	}
 	return json.Marshal(m)
 }
+
+func eventProto(ev dsec.Event) *sandboxv1.Event {
+	p := &sandboxv1.Event{Reason: ev.Reason, Time: timeProto(ev.Time)}
+	if v, ok := sandboxv1.EventType_value["EVENT_TYPE_"+strings.ToUpper(ev.Type)]; ok {
+		p.Type = sandboxv1.EventType(v)
+	}
+	if ev.Sandbox != nil {
+		p.Sandbox = sandboxProto(ev.Sandbox)
+	}
+	return p
+}
+
+// writeProtoLine writes m as JSON on one line.
+func writeProtoLine(w io.Writer, m proto.Message) error {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
+	return err
+}

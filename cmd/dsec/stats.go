@@ -328,10 +328,9 @@ interrupted (exit 0), or until the stream fails (exit 125).`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			out := cmd.OutOrStdout()
-			enc := json.NewEncoder(out)
 			return c.Watch(ctx, dsec.WatchOptions{Selector: sel, Initial: initial}, func(ev dsec.Event) error {
 				if output == "json" {
-					return enc.Encode(ev)
+					return writeProtoLine(out, eventProto(ev))
 				}
 				id := "-"
 				if ev.Sandbox != nil {
