@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	imagev1 "github.com/dsecproject/dsec/api/dsec/image/v1"
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
@@ -215,4 +216,42 @@ func writeProtoLine(w io.Writer, m proto.Message) error {
 	out.WriteByte('\n')
 	_, err = w.Write(out.Bytes())
 	return err
+}
+
+func layerProto(l dsec.Layer) *imagev1.Layer {
+	return &imagev1.Layer{Digest: l.Digest, Size: l.Size, MediaType: l.MediaType}
+}
+
+func imageProto(im *dsec.Image) *imagev1.Image {
+	if im == nil {
+		return nil
+	}
+	p := &imagev1.Image{Name: im.Name, CreatedAt: timeProto(im.CreatedAt), Size: im.Size, Project: im.Project, Public: im.Public,
+		Config: &imagev1.ImageConfig{Env: im.Config.Env, Workdir: im.Config.Workdir, User: im.Config.User,
+			Entrypoint: im.Config.Entrypoint, Cmd: im.Config.Cmd}}
+	for _, l := range im.Layers {
+		p.Layers = append(p.Layers, layerProto(l))
+	}
+	return p
+}
+
+func usageProtos(us []dsec.LayerUsage) []*imagev1.LayerUsage {
+	out := make([]*imagev1.LayerUsage, 0, len(us))
+	for _, u := range us {
+		out = append(out, &imagev1.LayerUsage{Layer: layerProto(u.Layer), CreatedAt: timeProto(u.CreatedAt),
+			Images: u.Images, Sandboxes: u.Sandboxes})
+	}
+	return out
+}
+
+func inspectProto(d *dsec.ImageDetails) *imagev1.InspectImageResponse {
+	return &imagev1.InspectImageResponse{Image: imageProto(d.Image), Layers: usageProtos(d.Layers)}
+}
+
+func diskUsageProto(d *dsec.DiskUsage) *imagev1.DiskUsageResponse {
+	return &imagev1.DiskUsageResponse{Layers: usageProtos(d.Layers), LayerCount: d.LayerCount, TotalBytes: d.TotalBytes,
+		SharedCount: d.SharedCount, SharedBytes: d.SharedBytes, UniqueCount: d.UniqueCount, UniqueBytes: d.UniqueBytes,
+		UnreferencedInUseCount: d.UnreferencedInUseCount, UnreferencedInUseBytes: d.UnreferencedInUseBytes,
+		ReclaimableCount: d.ReclaimableCount, ReclaimableBytes: d.ReclaimableBytes,
+		ImageCount: d.Images, SandboxCount: d.Sandboxes}
 }

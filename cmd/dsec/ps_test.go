@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
+	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
 // listAPI answers List with its sandboxes.
@@ -93,5 +94,36 @@ func TestFsLsJSON(t *testing.T) {
 	}
 	if _, ok := got[0]["ModTime"]; ok {
 		t.Errorf("fs ls -o json has Go field names: %v", got[0])
+	}
+}
+
+// TestImageJSON checks image inspect's and image du's JSON: the API's names
+// and RFC 3339 times, never Go's.
+func TestImageJSON(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	d := &dsec.ImageDetails{
+		Image:  &dsec.Image{Name: "base/py:3", Layers: []dsec.Layer{{Digest: "sha256:ab", Size: 10}}, CreatedAt: created, Config: dsec.ImageConfig{Workdir: "/w"}},
+		Layers: []dsec.LayerUsage{{Layer: dsec.Layer{Digest: "sha256:ab", Size: 10}, CreatedAt: created, Images: []string{"base/py:3"}}},
+	}
+	var b strings.Builder
+	if err := encodeProto(&b, inspectProto(d)); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(b.String()), &got); err != nil {
+		t.Fatal(err)
+	}
+	im, _ := got["image"].(map[string]any)
+	layers, _ := got["layers"].([]any)
+	if im == nil || im["name"] != "base/py:3" || im["createdAt"] != "2026-01-02T03:04:05Z" || len(layers) != 1 ||
+		im["config"].(map[string]any)["workdir"] != "/w" || strings.Contains(b.String(), "CreatedAt") {
+		t.Errorf("image inspect -o json = %s, want the API's InspectImageResponse", b.String())
+	}
+	b.Reset()
+	if err := encodeProto(&b, diskUsageProto(&dsec.DiskUsage{LayerCount: 3, Images: 2})); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.String(); !strings.Contains(s, `"layerCount": "3"`) || !strings.Contains(s, `"imageCount": "2"`) {
+		t.Errorf("image du -o json = %s, want the API's DiskUsageResponse", s)
 	}
 }
