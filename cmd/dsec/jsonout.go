@@ -255,3 +255,8 @@ func diskUsageProto(d *dsec.DiskUsage) *imagev1.DiskUsageResponse {
 		ReclaimableCount: d.ReclaimableCount, ReclaimableBytes: d.ReclaimableBytes,
 		ImageCount: d.Images, SandboxCount: d.Sandboxes}
 }
+
+func packProto(p *dsec.Pack) *sandboxv1.PackDiffResponse {
+	return &sandboxv1.PackDiffResponse{Image: p.Image, LayerDigest: p.LayerDigest, LayerSize: p.LayerSize,
+		Layers: p.Layers, Files: p.Files, Frozen: durationpb.New(p.Frozen), Duration: durationpb.New(p.Duration)}
+}

@@ -127,3 +127,17 @@ func TestImageJSON(t *testing.T) {
 		t.Errorf("image du -o json = %s, want the API's DiskUsageResponse", s)
 	}
 }
+
+// TestPackJSON checks pack's JSON: the API's names, durations as strings.
+func TestPackJSON(t *testing.T) {
+	var b strings.Builder
+	if err := encodeProto(&b, packProto(&dsec.Pack{Image: "x:1", LayerDigest: "sha256:ab", Files: 3, Frozen: 250 * time.Millisecond, Duration: 2 * time.Second})); err != nil {
+		t.Fatal(err)
+	}
+	s := b.String()
+	for _, want := range []string{`"layerDigest": "sha256:ab"`, `"frozen": "0.250s"`, `"duration": "2s"`, `"files": "3"`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("pack -o json = %s, want %s", s, want)
+		}
+	}
+}
