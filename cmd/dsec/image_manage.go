@@ -220,7 +220,7 @@ answer: a node that does not could be using any layer.`,
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				return encodeJSON(out, res)
+				return encodeProto(out, gcProto(res))
 			}
 			verb := "removed"
 			if dry {

@@ -260,3 +260,17 @@ func packProto(p *dsec.Pack) *sandboxv1.PackDiffResponse {
 	return &sandboxv1.PackDiffResponse{Image: p.Image, LayerDigest: p.LayerDigest, LayerSize: p.LayerSize,
 		Layers: p.Layers, Files: p.Files, Frozen: durationpb.New(p.Frozen), Duration: durationpb.New(p.Duration)}
 }
+
+func gcProto(r *dsec.GCResult) *imagev1.GarbageCollectResponse {
+	p := &imagev1.GarbageCollectResponse{RemovedBytes: r.RemovedBytes}
+	for _, l := range r.Removed {
+		p.Removed = append(p.Removed, layerProto(l))
+	}
+	for _, l := range r.OrphanBlobs {
+		p.OrphanBlobs = append(p.OrphanBlobs, layerProto(l))
+	}
+	for _, k := range r.Kept {
+		p.Kept = append(p.Kept, &imagev1.KeptLayer{Layer: layerProto(k.Layer), Reason: k.Reason})
+	}
+	return p
+}
