@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -149,7 +151,8 @@ func testCLI(t *testing.T, p *platform) {
 		t.Errorf("dsec ps table lacks the sandbox:\n%s", out)
 	}
 	out, _, code = p.CLI(t, "", "ps", "-o", "json", "-l", "job=cli")
-	if code != 0 || !strings.Contains(out, `"ID": "`+ids[0]) {
+	// The API's JSON: its names, durations like "900s".
+	if code != 0 || !strings.Contains(out, `"id": "`+ids[0]) || !regexp.MustCompile(`"idleTtl": "[0-9.]+s"`).MatchString(out) || strings.Contains(out, `"IdleTTL"`) {
 		t.Errorf("dsec ps -o json = %s", out)
 	}
 	id := ids[0]
@@ -173,6 +176,15 @@ func testCLI(t *testing.T, p *platform) {
 	_, _, code = p.CLI(t, "", "exec", "--timeout", "200ms", id, "--", "sleep", "5")
 	if code != 124 {
 		t.Errorf("exec --timeout exited %d, want 124", code)
+	}
+	// Its journal entry: timed out, signal 9, no exit code, in the API's JSON.
+	out, _, _ = p.CLI(t, "", "execs", "-o", "json", id)
+	var execs []map[string]any
+	if err := json.Unmarshal([]byte(out), &execs); err != nil || len(execs) == 0 {
+		t.Fatalf("execs -o json = %q: %v", out, err)
+	}
+	if ex, _ := execs[len(execs)-1]["exit"].(map[string]any); ex["timedOut"] != true || ex["signal"] != float64(9) || ex["exitCode"] != nil {
+		t.Errorf("a timed-out exec's exit = %v, want timedOut, signal 9 and no exitCode", ex)
 	}
 	// cp both ways, and to stdout.
 	local := filepath.Join(t.TempDir(), "f.txt")

@@ -456,7 +456,7 @@ func TestAttachExecsKill(t *testing.T) {
 		{ExecId: "ex-1", Argv: []string{"make", "all"}, StartedAt: fakeTime, Exit: &sandboxv1.ExecExit{ExitCode: 2}, StdoutBytes: 2048},
 		{ExecId: "ex-2", Argv: []string{"sh", "-c", "sleep 1; echo 'done'"}, StartedAt: fakeTime, Running: true},
 		{ExecId: "ex-3", Argv: []string{"yes"}, StartedAt: fakeTime, Exit: &sandboxv1.ExecExit{Signal: 9}},
-		{ExecId: "ex-4", Argv: []string{"sleep", "9"}, StartedAt: fakeTime, Exit: &sandboxv1.ExecExit{Signal: 9, TimedOut: true}},
+		{ExecId: "ex-4", Argv: []string{"sleep", "9"}, StartedAt: fakeTime, Exit: &sandboxv1.ExecExit{Signal: 9, TimedOut: true, Duration: durationpb.New(1500 * time.Millisecond)}},
 		{ExecId: "ex-5", Argv: []string{"x"}, StartedAt: fakeTime, Exit: &sandboxv1.ExecExit{Lost: true}},
 	}
 	f.mu.Unlock()
@@ -479,8 +479,15 @@ func TestAttachExecsKill(t *testing.T) {
 	}
 	out, _, _ = dsecRun(t, addr, "", "execs", "-o", "json", sbID)
 	var got []map[string]any
-	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 5 || got[0]["ID"] != "ex-1" {
-		t.Errorf("execs -o json = %s, %v; want 5 objects", out, err)
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 5 || got[0]["execId"] != "ex-1" {
+		t.Fatalf("execs -o json = %s, %v; want 5 objects with the API's names", out, err)
+	}
+	// The API's JSON names, a duration string, an RFC 3339 time; a timed-out
+	// exec has signal 9 and no exit code.
+	wantEx4 := map[string]any{"execId": "ex-4", "argv": []any{"sleep", "9"}, "startedAt": fakeTime.AsTime().Format(time.RFC3339),
+		"exit": map[string]any{"signal": float64(9), "timedOut": true, "duration": "1.500s"}}
+	if !cmp.Equal(got[3], wantEx4) {
+		t.Errorf("execs -o json for a timed-out exec = %v, want %v", got[3], wantEx4)
 	}
 
 	for sig, want := range map[string]int32{"KILL": 9, "SIGUSR1": 10, "int": 2, "3": 3, "RTMIN+2": 36} {
@@ -511,8 +518,9 @@ func TestStatsTimeoutLabelWatch(t *testing.T) {
 	}
 	out, _, code = dsecRun(t, addr, "", "stats", "--sample", "10ms", "-o", "json", sbID, "node1-zzzzzzzzzzzz")
 	var rows []map[string]any
-	if err := json.Unmarshal([]byte(out), &rows); err != nil || code != 125 || len(rows) != 1 || rows[0]["ID"] != sbID || rows[0]["CPUPercent"] == nil {
-		t.Errorf("stats -o json with a missing sandbox = %s, exit %d (%v); want one row with CPUPercent and exit 125", out, code, err)
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || code != 125 || len(rows) != 1 || rows[0]["sandboxId"] != sbID || rows[0]["cpuPercent"] == nil ||
+		rows[0]["cpuUsage"] != "1.500s" || rows[0]["memoryBytes"] != "67108864" {
+		t.Errorf("stats -o json with a missing sandbox = %s, exit %d (%v); want one row with the API's names, cpuUsage \"1.500s\", cpuPercent and exit 125", out, code, err)
 	}
 
 	out, _, code = dsecRun(t, addr, "", "timeout", sbID, "--ttl", "2h")
@@ -559,6 +567,9 @@ func TestStatsTimeoutLabelWatch(t *testing.T) {
 			break
 		} else if err != nil {
 			t.Fatalf("watch -o json line %d: %v", n, err)
+		}
+		if sb, _ := ev["sandbox"].(map[string]any); sb == nil || sb["id"] == nil || ev["Sandbox"] != nil {
+			t.Errorf("watch -o json event %v, want the API's names (sandbox.id)", ev)
 		}
 		n++
 	}

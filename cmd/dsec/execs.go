@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -92,10 +93,11 @@ replay from).`,
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				if execs == nil {
-					execs = []dsec.ExecInfo{}
+				msgs := make([]*sandboxv1.ExecInfo, len(execs))
+				for i, e := range execs {
+					msgs[i] = execInfoProto(e)
 				}
-				return encodeJSON(out, execs)
+				return encodeProtos(out, msgs)
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "EXEC ID\tCOMMAND\tSTARTED\tSTATUS\tSTDOUT\tSTDERR")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -70,10 +71,11 @@ when more were left out.`,
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				if entries == nil {
-					entries = []dsec.FileInfo{}
+				msgs := make([]*sandboxv1.FileInfo, len(entries))
+				for i, fi := range entries {
+					msgs[i] = fileInfoProto(fi)
 				}
-				return encodeJSON(out, entries)
+				return encodeProtos(out, msgs)
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODE\tOWNER\tSIZE\tMODIFIED\tNAME")
@@ -120,7 +122,7 @@ func newFsStatCmd(g *globalFlags) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				return encodeJSON(out, info)
+				return encodeProto(out, fileInfoProto(info))
 			}
 			printFileInfo(out, info)
 			return nil

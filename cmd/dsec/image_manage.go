@@ -82,7 +82,7 @@ func newImageInspectCmd(g *globalFlags) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				return encodeJSON(out, d)
+				return encodeProto(out, inspectProto(d))
 			}
 			img := d.Image
 			fmt.Fprintf(out, "Name:       %s\n", img.Name)
@@ -152,7 +152,7 @@ images, unique to one, unreferenced but used by a sandbox, and reclaimable
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				return encodeJSON(out, du)
+				return encodeProto(out, diskUsageProto(du))
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "LAYERS\tCOUNT\tSIZE")
@@ -220,7 +220,7 @@ answer: a node that does not could be using any layer.`,
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				return encodeJSON(out, res)
+				return encodeProto(out, gcProto(res))
 			}
 			verb := "removed"
 			if dry {

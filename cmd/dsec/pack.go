@@ -59,7 +59,7 @@ admin key), and --force when the packed layers differ from the image's.`,
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				return encodeJSON(out, p)
+				return encodeProto(out, packProto(p))
 			}
 			fmt.Fprintf(out, "%s\n", p.Image)
 			fmt.Fprintf(cmd.ErrOrStderr(), "layer %s: %s, %d names; %d layers in all; frozen %s, took %s\n",

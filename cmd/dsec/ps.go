@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -22,8 +22,10 @@ func newPsCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ps",
 		Short: "List sandboxes",
-		Long: `List the sandboxes your key may see: ID, image, state, age, time left before the
-hard TTL, and labels. -l filters by labels (repeatable, ANDed).`,
+		Long: `List the sandboxes your key may see: ID, image, state, age, time left (the
+earlier of the hard TTL and the idle TTL, "12s idle" when it is the idle one),
+and labels. -o json prints the API's own JSON (its field names, durations like
+"900s", RFC 3339 times). -l filters by labels (repeatable, ANDed).`,
 		Example: `  dsec ps
   dsec ps -q -l job=eval
   dsec ps -o json`,
@@ -52,12 +54,11 @@ hard TTL, and labels. -l filters by labels (repeatable, ANDed).`,
 					fmt.Fprintln(out, sb.ID)
 				}
 			case output == "json":
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if sbs == nil {
-					sbs = []*dsec.Sandbox{}
+				msgs := make([]*sandboxv1.Sandbox, len(sbs))
+				for i, sb := range sbs {
+					msgs[i] = sandboxProto(sb)
 				}
-				return enc.Encode(sbs)
+				return encodeProtos(out, msgs)
 			default:
 				tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tIMAGE\tSTATE\tAGE\tTTL LEFT\tMEMORY\tCPUS\tLABELS")
@@ -72,7 +73,7 @@ hard TTL, and labels. -l filters by labels (repeatable, ANDed).`,
 						image = "(layer list)" // created from explicit layer digests
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%g\t%s\n", sb.ID, image, state,
-						human(now.Sub(sb.CreatedAt)), human(sb.ExpiresAt.Sub(now)),
+						human(now.Sub(sb.CreatedAt)), ttlLeft(sb, now),
 						dsec.FormatSize(sb.Resources.Memory), sb.Resources.CPUs, labelString(sb.Labels))
 				}
 				return tw.Flush()
@@ -101,6 +102,15 @@ func labelString(m map[string]string) string {
 		parts[i] = k + "=" + m[k]
 	}
 	return strings.Join(parts, ",")
+}
+
+// ttlLeft is the time left before the earlier of sb's hard and idle
+// expiries, marked "idle" when the idle TTL ends it first.
+func ttlLeft(sb *dsec.Sandbox, now time.Time) string {
+	if !sb.IdleExpiresAt.IsZero() && sb.IdleExpiresAt.Before(sb.ExpiresAt) {
+		return human(sb.IdleExpiresAt.Sub(now)) + " idle"
+	}
+	return human(sb.ExpiresAt.Sub(now))
 }
 
 // human prints a duration the way ps tables do: 5s, 3m, 2h, 4d.

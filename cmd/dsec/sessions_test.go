@@ -177,12 +177,15 @@ func TestSessionLsRm(t *testing.T) {
 		t.Errorf("session ls sent %v", ls)
 	}
 	out, _, code = dsecRun(t, addr, "", "session", "ls", "-o", "json", sbID)
+	// The API's JSON: its lowerCamelCase names, int64 as strings, RFC 3339 times.
 	var got []struct {
-		Name          string
-		Commands      int64
-		RunningExecID string
+		Name          string `json:"name"`
+		Commands      int64  `json:"commands,string"`
+		RunningExecID string `json:"runningExecId"`
+		CreatedAt     string `json:"createdAt"`
 	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 || len(got) != 2 || got[0].RunningExecID != "ex-7" || got[1].Commands != 2 {
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 || len(got) != 2 || got[0].RunningExecID != "ex-7" || got[1].Commands != 2 ||
+		got[0].CreatedAt != "2026-01-02T03:04:05Z" {
 		t.Errorf("session ls -o json = %q, exit %d, %v", out, code, err)
 	}
 

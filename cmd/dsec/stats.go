@@ -176,10 +176,15 @@ func collectStats(ctx context.Context, c *dsec.Client, ids []string, sample time
 
 func printStats(w io.Writer, output string, rows []statsRow, sampled bool) error {
 	if output == "json" {
-		if rows == nil {
-			rows = []statsRow{}
+		js := make([]json.RawMessage, 0, len(rows))
+		for _, r := range rows {
+			b, err := statsJSON(r)
+			if err != nil {
+				return err
+			}
+			js = append(js, b)
 		}
-		return encodeJSON(w, rows)
+		return encodeJSON(w, js)
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCPU\tMEM / LIMIT\tPIDS / LIMIT\tDISK / LIMIT\tOUTPUT")
@@ -323,10 +328,9 @@ interrupted (exit 0), or until the stream fails (exit 125).`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			out := cmd.OutOrStdout()
-			enc := json.NewEncoder(out)
 			return c.Watch(ctx, dsec.WatchOptions{Selector: sel, Initial: initial}, func(ev dsec.Event) error {
 				if output == "json" {
-					return enc.Encode(ev)
+					return writeProtoLine(out, eventProto(ev))
 				}
 				id := "-"
 				if ev.Sandbox != nil {

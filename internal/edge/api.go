@@ -260,7 +260,24 @@ func (e *Edge) toProto(r *Record) *sandboxv1.Sandbox {
 		Node: e.cfg.Node, Backend: r.Backend, Project: r.Project,
 		CreatedAt: timestamppb.New(r.CreatedAt), ExpiresAt: timestamppb.New(r.ExpiresAt),
 		IdleTtl: durationpb.New(r.IdleTTL), User: r.User, Workdir: r.Workdir, Env: r.Env,
+		IdleExpiresAt: e.idleExpiry(r),
 	}
+}
+
+// idleExpiry is when r's idle TTL ends it unless something uses it: nil
+// while a stream is open, without an idle TTL, or before any activity is
+// known.
+func (e *Edge) idleExpiry(r *Record) *timestamppb.Timestamp {
+	if r.IdleTTL <= 0 {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	last, ok := e.activity[r.ID]
+	if !ok || e.streams[r.ID] > 0 {
+		return nil
+	}
+	return timestamppb.New(last.Add(r.IdleTTL))
 }
 
 type nodeAPI struct{ e *Edge }

@@ -322,6 +322,11 @@ func (k *Keeper) awaitExec(id string, spec ExecSpec, p *execProc, b *box, child 
 	case ws.Signaled():
 		rec.Signal = int(ws.Signal())
 	}
+	if timedOut {
+		// The timeout killed the group, even when the command ended on
+		// its own as the timer fired: one coherent status, no exit code.
+		rec.Code, rec.Signal = 0, int(syscall.SIGKILL)
+	}
 	if rec.Signal == int(syscall.SIGKILL) && !timedOut {
 		if after, err := k.driverOf(b).Stats(b); err == nil && int64(after.OOMKills) > oomBefore {
 			rec.OOMKilled = true

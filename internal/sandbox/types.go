@@ -197,7 +197,8 @@ type SessionInfo struct {
 type ExitStatus struct {
 	// Code is the exit code when the command exited.
 	Code int
-	// Signal is the signal that ended it, or 0.
+	// Signal is the signal that ended it, or 0 (Code is then 0 and says
+	// nothing); a timed-out command reports SIGKILL.
 	Signal          int
 	TimedOut        bool
 	OOMKilled       bool

@@ -184,8 +184,8 @@ func testTimeoutGroup(t *testing.T, f *Fixture) {
 	// The shell and its child both die: nothing of the group survives.
 	x := start(t, f, id, sandbox.ExecSpec{Argv: []string{"/bin/sh", "-c", "sleep 300 & sleep 301"}, Timeout: 300 * time.Millisecond})
 	st := wait(t, f, id, x)
-	if !st.TimedOut {
-		t.Errorf("exit = %+v, want timed out", st)
+	if !st.TimedOut || st.Signal != 9 || st.Code != 0 {
+		t.Errorf("exit = %+v, want timed out by signal 9, no exit code", st)
 	}
 	r := Exec(t, f, id, sh("ps | grep -c '[s]leep 30' || true"))
 	if strings.TrimSpace(r.Stdout) != "0" {

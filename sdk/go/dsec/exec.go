@@ -154,9 +154,11 @@ type ExitStatus struct {
 	ExecID string
 	// ExitCode is the command's exit code when it exited.
 	ExitCode int
-	// Signal is the number of the signal that ended it (ExitCode is then 0).
+	// Signal is the number of the signal that ended it (ExitCode is then 0
+	// and means nothing).
 	Signal int
-	// TimedOut: the request's timeout killed the command's process group.
+	// TimedOut: the request's timeout killed the command's process group;
+	// Signal is then 9 and ExitCode 0. The CLI exits 124.
 	TimedOut bool
 	// OOMKilled: the kernel killed it for memory.
 	OOMKilled bool

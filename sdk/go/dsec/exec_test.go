@@ -276,6 +276,15 @@ func TestExitStatusCode(t *testing.T) {
 	}
 }
 
+// TestTimedOutExitStatus checks a timed-out exec as the API reports it:
+// timed out, signal 9, no exit code, Code 124 (as the Python SDK's).
+func TestTimedOutExitStatus(t *testing.T) {
+	st := exitStatus("ex-1", &sandboxv1.ExecExit{Signal: 9, TimedOut: true, Duration: durationpb.New(time.Second)})
+	if !st.TimedOut || st.Signal != 9 || st.ExitCode != 0 || st.Code() != 124 || st.Duration != time.Second || st.ExecID != "ex-1" {
+		t.Errorf("a timed-out exec's status = %+v, want timed out, signal 9, no exit code, code 124", st)
+	}
+}
+
 type writerFunc func([]byte) (int, error)
 
 func (w writerFunc) Write(p []byte) (int, error) { return w(p) }

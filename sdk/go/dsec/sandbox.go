@@ -66,6 +66,9 @@ type Sandbox struct {
 	// ExpiresAt is when the hard TTL ends the sandbox.
 	ExpiresAt time.Time
 	IdleTTL   time.Duration
+	// IdleExpiresAt is when the idle TTL ends the sandbox unless something
+	// uses it first; zero while a stream is open or without an idle TTL.
+	IdleExpiresAt time.Time
 	// User and Workdir are the defaults of execs.
 	User    string
 	Workdir string
@@ -262,9 +265,10 @@ func (c *Client) sandboxFromProto(p *sandboxv1.Sandbox) *Sandbox {
 			Pids:   p.GetResources().GetPids(),
 			Disk:   p.GetResources().GetDiskBytes(),
 		},
-		CreatedAt: timeOf(p.GetCreatedAt()),
-		ExpiresAt: timeOf(p.GetExpiresAt()),
-		c:         c,
+		CreatedAt:     timeOf(p.GetCreatedAt()),
+		ExpiresAt:     timeOf(p.GetExpiresAt()),
+		IdleExpiresAt: timeOf(p.GetIdleExpiresAt()),
+		c:             c,
 	}
 	if p.GetIdleTtl() != nil {
 		s.IdleTTL = p.GetIdleTtl().AsDuration()

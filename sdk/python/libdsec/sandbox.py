@@ -75,6 +75,8 @@ class Sandbox:
         created_at: when it was created.
         expires_at: when its hard TTL ends it.
         idle_ttl: seconds without use after which it is deleted.
+        idle_expires_at: when its idle TTL ends it unless something uses it
+            first; None while a stream is open or without an idle TTL.
         user, workdir, env: the defaults of its commands.
     """
 
@@ -92,6 +94,7 @@ class Sandbox:
         self.created_at: Optional[datetime.datetime] = None
         self.expires_at: Optional[datetime.datetime] = None
         self.idle_ttl = 0.0
+        self.idle_expires_at: Optional[datetime.datetime] = None
         self.user = ""
         self.workdir = ""
         self.env: Dict[str, str] = {}
@@ -117,6 +120,7 @@ class Sandbox:
         self.created_at = _wire.parse_timestamp(m.get("createdAt"))
         self.expires_at = _wire.parse_timestamp(m.get("expiresAt"))
         self.idle_ttl = _wire.parse_duration(m.get("idleTtl"))
+        self.idle_expires_at = _wire.parse_timestamp(m.get("idleExpiresAt"))
         self.user = m.get("user", "")
         self.workdir = m.get("workdir", "")
         self.env = dict(m.get("env") or {})

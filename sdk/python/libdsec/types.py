@@ -54,8 +54,10 @@ class ExitStatus:
     Attributes:
         exec_id: the command's ID in its sandbox (attach to it with it).
         exit_code: its exit code when it exited.
-        signal: the number of the signal that ended it (exit_code is 0).
-        timed_out: its timeout killed its process group.
+        signal: the number of the signal that ended it (exit_code is then
+            0 and means nothing).
+        timed_out: its timeout killed its process group; signal is then 9
+            and exit_code 0 (``code`` is 124, as the CLI exits).
         oom_killed: the kernel killed it for memory.
         stdout_truncated, stderr_truncated: the stream passed its cap and the
             rest of it was dropped.

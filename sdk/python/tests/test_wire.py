@@ -179,6 +179,13 @@ class ArgumentsTest(unittest.TestCase):
         self.assertEqual(libdsec.ExitStatus(signal=9).code, 137)
         self.assertEqual(libdsec.ExitStatus(timed_out=True, signal=9).code, 124)
         self.assertTrue(libdsec.ExitStatus().ok)
+        # A timed-out exec on the wire: timed out, signal 9, no exit code.
+        st = libdsec.ExitStatus._from_json("ex-1", {"signal": 9, "timedOut": True, "duration": "1s"})
+        self.assertEqual((st.timed_out, st.signal, st.exit_code, st.code, st.ok), (True, 9, 0, 124, False))
+        # The idle expiry the API reports (Go SDK: Sandbox.IdleExpiresAt).
+        sb = libdsec.Sandbox._from_json(None, {"id": "n-a", "idleTtl": "900s", "idleExpiresAt": "2026-01-02T03:04:05Z"})
+        self.assertEqual((sb.idle_ttl, sb.idle_expires_at.isoformat()), (900.0, "2026-01-02T03:04:05+00:00"))
+        self.assertIsNone(libdsec.Sandbox._from_json(None, {"id": "n-a"}).idle_expires_at)
         r = libdsec.ExecResult(exit_code=1, stderr_bytes=b"bad \xff thing\n")
         self.assertEqual(r.stderr, "bad \ufffd thing\n")
         with self.assertRaises(libdsec.FailedPreconditionError) as cm:

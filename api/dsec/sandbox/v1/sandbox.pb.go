@@ -344,11 +344,15 @@ type Sandbox struct {
 	Project   string                 `protobuf:"bytes,9,opt,name=project,proto3" json:"project,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When the hard TTL ends the sandbox.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	IdleTtl       *durationpb.Duration   `protobuf:"bytes,12,opt,name=idle_ttl,json=idleTtl,proto3" json:"idle_ttl,omitempty"`
-	User          string                 `protobuf:"bytes,13,opt,name=user,proto3" json:"user,omitempty"`
-	Workdir       string                 `protobuf:"bytes,14,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	Env           map[string]string      `protobuf:"bytes,15,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	IdleTtl   *durationpb.Duration   `protobuf:"bytes,12,opt,name=idle_ttl,json=idleTtl,proto3" json:"idle_ttl,omitempty"`
+	User      string                 `protobuf:"bytes,13,opt,name=user,proto3" json:"user,omitempty"`
+	Workdir   string                 `protobuf:"bytes,14,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	Env       map[string]string      `protobuf:"bytes,15,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When the idle TTL ends the sandbox if nothing uses it before then;
+	// unset while a stream (exec, attach, shell) is open or without an idle
+	// TTL.
+	IdleExpiresAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=idle_expires_at,json=idleExpiresAt,proto3" json:"idle_expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -484,6 +488,13 @@ func (x *Sandbox) GetWorkdir() string {
 func (x *Sandbox) GetEnv() map[string]string {
 	if x != nil {
 		return x.Env
+	}
+	return nil
+}
+
+func (x *Sandbox) GetIdleExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IdleExpiresAt
 	}
 	return nil
 }
@@ -1327,8 +1338,11 @@ type ExecExit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Exit code, when the command exited.
 	ExitCode int32 `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	// Signal number, when a signal ended it (exit_code is then 0).
-	Signal          int32                `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	// Signal number, when a signal ended it (exit_code is then 0 and means
+	// nothing).
+	Signal int32 `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	// The request's timeout killed the command's process group: signal is
+	// then 9 and exit_code 0.
 	TimedOut        bool                 `protobuf:"varint,3,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	OomKilled       bool                 `protobuf:"varint,4,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	StdoutTruncated bool                 `protobuf:"varint,5,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
@@ -5125,7 +5139,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04cpus\x18\x02 \x01(\x01R\x04cpus\x12\x12\n" +
 	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xb7\x05\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xfb\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12<\n" +
@@ -5144,7 +5158,8 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\bidle_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\aidleTtl\x12\x12\n" +
 	"\x04user\x18\r \x01(\tR\x04user\x12\x18\n" +
 	"\aworkdir\x18\x0e \x01(\tR\aworkdir\x123\n" +
-	"\x03env\x18\x0f \x03(\v2!.dsec.sandbox.v1.Sandbox.EnvEntryR\x03env\x1a9\n" +
+	"\x03env\x18\x0f \x03(\v2!.dsec.sandbox.v1.Sandbox.EnvEntryR\x03env\x12B\n" +
+	"\x0fidle_expires_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\ridleExpiresAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -5686,126 +5701,127 @@ var file_dsec_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	87, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	88, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
 	78, // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
-	79, // 7: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
-	4,  // 8: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
-	80, // 9: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
-	88, // 10: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
-	88, // 11: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
-	7,  // 12: dsec.sandbox.v1.CreateRequest.layer_config:type_name -> dsec.sandbox.v1.LayerConfig
-	5,  // 13: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	5,  // 14: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	81, // 15: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
-	5,  // 16: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
-	82, // 17: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	83, // 18: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
-	88, // 19: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	1,  // 20: dsec.sandbox.v1.ExecRequest.sealed:type_name -> dsec.sandbox.v1.Seal
-	2,  // 21: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
-	88, // 22: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
-	16, // 23: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
-	17, // 24: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
-	18, // 25: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
-	19, // 26: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	87, // 27: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	21, // 28: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	24, // 29: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
-	21, // 30: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	6,  // 31: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
-	88, // 32: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
-	5,  // 33: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	28, // 34: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
-	29, // 35: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
-	88, // 36: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
-	88, // 37: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
-	5,  // 38: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	84, // 39: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
-	5,  // 40: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	85, // 41: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
-	3,  // 42: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
-	5,  // 43: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	87, // 44: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
-	36, // 45: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
-	19, // 46: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	88, // 47: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
-	87, // 48: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
-	18, // 49: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
-	48, // 50: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
-	21, // 51: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	21, // 52: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
-	21, // 53: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	62, // 54: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
-	88, // 55: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
-	88, // 56: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
-	69, // 57: dsec.sandbox.v1.ListBackendsResponse.backends:type_name -> dsec.sandbox.v1.BackendInfo
-	87, // 58: dsec.sandbox.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	71, // 59: dsec.sandbox.v1.ListSessionsResponse.sessions:type_name -> dsec.sandbox.v1.Session
-	86, // 60: dsec.sandbox.v1.GradeFromRequest.env:type_name -> dsec.sandbox.v1.GradeFromRequest.EnvEntry
-	88, // 61: dsec.sandbox.v1.GradeFromRequest.timeout:type_name -> google.protobuf.Duration
-	4,  // 62: dsec.sandbox.v1.GradeFromRequest.resources:type_name -> dsec.sandbox.v1.Resources
-	18, // 63: dsec.sandbox.v1.GradeFromResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
-	6,  // 64: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
-	9,  // 65: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
-	11, // 66: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
-	13, // 67: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
-	15, // 68: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
-	22, // 69: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
-	25, // 70: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
-	27, // 71: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
-	31, // 72: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
-	33, // 73: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
-	35, // 74: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
-	38, // 75: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
-	40, // 76: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
-	41, // 77: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
-	43, // 78: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
-	45, // 79: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
-	47, // 80: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
-	50, // 81: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
-	52, // 82: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
-	54, // 83: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
-	56, // 84: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
-	58, // 85: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
-	60, // 86: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
-	63, // 87: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
-	65, // 88: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
-	67, // 89: dsec.sandbox.v1.SandboxService.ListBackends:input_type -> dsec.sandbox.v1.ListBackendsRequest
-	70, // 90: dsec.sandbox.v1.SandboxService.ListSessions:input_type -> dsec.sandbox.v1.ListSessionsRequest
-	73, // 91: dsec.sandbox.v1.SandboxService.DeleteSession:input_type -> dsec.sandbox.v1.DeleteSessionRequest
-	75, // 92: dsec.sandbox.v1.SandboxService.GradeFrom:input_type -> dsec.sandbox.v1.GradeFromRequest
-	8,  // 93: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
-	10, // 94: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
-	12, // 95: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
-	14, // 96: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
-	20, // 97: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
-	23, // 98: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
-	26, // 99: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
-	30, // 100: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
-	32, // 101: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
-	34, // 102: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
-	37, // 103: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
-	39, // 104: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
-	20, // 105: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
-	42, // 106: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
-	44, // 107: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
-	46, // 108: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
-	49, // 109: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
-	51, // 110: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
-	53, // 111: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
-	55, // 112: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
-	57, // 113: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
-	59, // 114: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
-	61, // 115: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
-	64, // 116: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
-	66, // 117: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
-	68, // 118: dsec.sandbox.v1.SandboxService.ListBackends:output_type -> dsec.sandbox.v1.ListBackendsResponse
-	72, // 119: dsec.sandbox.v1.SandboxService.ListSessions:output_type -> dsec.sandbox.v1.ListSessionsResponse
-	74, // 120: dsec.sandbox.v1.SandboxService.DeleteSession:output_type -> dsec.sandbox.v1.DeleteSessionResponse
-	76, // 121: dsec.sandbox.v1.SandboxService.GradeFrom:output_type -> dsec.sandbox.v1.GradeFromResponse
-	93, // [93:122] is the sub-list for method output_type
-	64, // [64:93] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	87, // 7: dsec.sandbox.v1.Sandbox.idle_expires_at:type_name -> google.protobuf.Timestamp
+	79, // 8: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
+	4,  // 9: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
+	80, // 10: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
+	88, // 11: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
+	88, // 12: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
+	7,  // 13: dsec.sandbox.v1.CreateRequest.layer_config:type_name -> dsec.sandbox.v1.LayerConfig
+	5,  // 14: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	5,  // 15: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	81, // 16: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
+	5,  // 17: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
+	82, // 18: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	83, // 19: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
+	88, // 20: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	1,  // 21: dsec.sandbox.v1.ExecRequest.sealed:type_name -> dsec.sandbox.v1.Seal
+	2,  // 22: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
+	88, // 23: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	16, // 24: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
+	17, // 25: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
+	18, // 26: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
+	19, // 27: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	87, // 28: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	21, // 29: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	24, // 30: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
+	21, // 31: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	6,  // 32: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
+	88, // 33: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
+	5,  // 34: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	28, // 35: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
+	29, // 36: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
+	88, // 37: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
+	88, // 38: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
+	5,  // 39: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	84, // 40: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	5,  // 41: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	85, // 42: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
+	3,  // 43: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
+	5,  // 44: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	87, // 45: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
+	36, // 46: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
+	19, // 47: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	88, // 48: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
+	87, // 49: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
+	18, // 50: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
+	48, // 51: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
+	21, // 52: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	21, // 53: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
+	21, // 54: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	62, // 55: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
+	88, // 56: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
+	88, // 57: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
+	69, // 58: dsec.sandbox.v1.ListBackendsResponse.backends:type_name -> dsec.sandbox.v1.BackendInfo
+	87, // 59: dsec.sandbox.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	71, // 60: dsec.sandbox.v1.ListSessionsResponse.sessions:type_name -> dsec.sandbox.v1.Session
+	86, // 61: dsec.sandbox.v1.GradeFromRequest.env:type_name -> dsec.sandbox.v1.GradeFromRequest.EnvEntry
+	88, // 62: dsec.sandbox.v1.GradeFromRequest.timeout:type_name -> google.protobuf.Duration
+	4,  // 63: dsec.sandbox.v1.GradeFromRequest.resources:type_name -> dsec.sandbox.v1.Resources
+	18, // 64: dsec.sandbox.v1.GradeFromResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
+	6,  // 65: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
+	9,  // 66: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
+	11, // 67: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
+	13, // 68: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
+	15, // 69: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
+	22, // 70: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
+	25, // 71: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
+	27, // 72: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
+	31, // 73: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
+	33, // 74: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
+	35, // 75: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
+	38, // 76: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
+	40, // 77: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
+	41, // 78: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
+	43, // 79: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
+	45, // 80: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
+	47, // 81: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
+	50, // 82: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
+	52, // 83: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
+	54, // 84: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
+	56, // 85: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
+	58, // 86: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
+	60, // 87: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
+	63, // 88: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
+	65, // 89: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
+	67, // 90: dsec.sandbox.v1.SandboxService.ListBackends:input_type -> dsec.sandbox.v1.ListBackendsRequest
+	70, // 91: dsec.sandbox.v1.SandboxService.ListSessions:input_type -> dsec.sandbox.v1.ListSessionsRequest
+	73, // 92: dsec.sandbox.v1.SandboxService.DeleteSession:input_type -> dsec.sandbox.v1.DeleteSessionRequest
+	75, // 93: dsec.sandbox.v1.SandboxService.GradeFrom:input_type -> dsec.sandbox.v1.GradeFromRequest
+	8,  // 94: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
+	10, // 95: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
+	12, // 96: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
+	14, // 97: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
+	20, // 98: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
+	23, // 99: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
+	26, // 100: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
+	30, // 101: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
+	32, // 102: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
+	34, // 103: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
+	37, // 104: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
+	39, // 105: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
+	20, // 106: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
+	42, // 107: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
+	44, // 108: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
+	46, // 109: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
+	49, // 110: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
+	51, // 111: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
+	53, // 112: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
+	55, // 113: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
+	57, // 114: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
+	59, // 115: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
+	61, // 116: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
+	64, // 117: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
+	66, // 118: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
+	68, // 119: dsec.sandbox.v1.SandboxService.ListBackends:output_type -> dsec.sandbox.v1.ListBackendsResponse
+	72, // 120: dsec.sandbox.v1.SandboxService.ListSessions:output_type -> dsec.sandbox.v1.ListSessionsResponse
+	74, // 121: dsec.sandbox.v1.SandboxService.DeleteSession:output_type -> dsec.sandbox.v1.DeleteSessionResponse
+	76, // 122: dsec.sandbox.v1.SandboxService.GradeFrom:output_type -> dsec.sandbox.v1.GradeFromResponse
+	94, // [94:123] is the sub-list for method output_type
+	65, // [65:94] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_dsec_sandbox_v1_sandbox_proto_init() }

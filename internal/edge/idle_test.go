@@ -1,0 +1,28 @@
+package edge
+
+import (
+	"testing"
+	"time"
+)
+
+// TestIdleExpiry checks Sandbox.idle_expires_at: the last use plus the idle
+// TTL, unset while a stream is open, without an idle TTL, or before any use
+// is known.
+func TestIdleExpiry(t *testing.T) {
+	last := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	e := &Edge{activity: map[string]time.Time{"a": last}, streams: map[string]int{}}
+	r := &Record{ID: "a", IdleTTL: 15 * time.Minute}
+	if got := e.idleExpiry(r); got == nil || !got.AsTime().Equal(last.Add(15*time.Minute)) {
+		t.Errorf("idle expiry = %v, want %v", got, last.Add(15*time.Minute))
+	}
+	e.streams["a"] = 1
+	if got := e.idleExpiry(r); got != nil {
+		t.Errorf("idle expiry with a stream open = %v, want none", got)
+	}
+	if got := e.idleExpiry(&Record{ID: "a"}); got != nil {
+		t.Errorf("idle expiry without an idle TTL = %v, want none", got)
+	}
+	if got := e.idleExpiry(&Record{ID: "b", IdleTTL: time.Minute}); got != nil {
+		t.Errorf("idle expiry of an unseen sandbox = %v, want none", got)
+	}
+}
