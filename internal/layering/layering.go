@@ -95,6 +95,8 @@ var layers = []layer{
 		"internal/purge",
 		"internal/server",
 		"internal/testenv/platform",
+		// The record of the running dsec up of a state dir (dsec down).
+		"internal/uplock",
 	}},
 	// Programs and the tests that drive them from outside.
 	{"programs", []string{
