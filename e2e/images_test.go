@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
 	"encoding/json"
 	"errors"
+	imagev1 "github.com/dsecproject/dsec/api/dsec/image/v1"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +48,14 @@ func (p *platform) cliJSON(t *testing.T, v any, args ...string) {
 	if code != 0 {
 		t.Fatalf("dsec %v = exit %d: %s", args, code, errOut)
 	}
-	if err := json.Unmarshal([]byte(out), v); err != nil {
+	var err error
+	if m, ok := v.(proto.Message); ok {
+		// -o json of API objects is protobuf's JSON mapping.
+		err = protojson.Unmarshal([]byte(out), m)
+	} else {
+		err = json.Unmarshal([]byte(out), v)
+	}
+	if err != nil {
 		t.Fatalf("dsec %v: %v in %q", args, err, out)
 	}
 }
@@ -59,10 +70,10 @@ func tinyTree(t *testing.T, content string) string {
 	return dir
 }
 
-func removed(r dsec.GCResult) []string {
+func removed(r *imagev1.GarbageCollectResponse) []string {
 	var out []string
-	for _, l := range r.Removed {
-		out = append(out, l.Digest)
+	for _, l := range r.GetRemoved() {
+		out = append(out, l.GetDigest())
 	}
 	return out
 }
@@ -82,9 +93,9 @@ func TestImageHousekeeping(t *testing.T) {
 	}
 	small := p.buildImage(t, c, "ws/sphinx-9658:1", tinyTree(t, "workspace"))
 
-	var du dsec.DiskUsage
-	p.cliJSON(t, &du, "image", "df", "-o", "json")
-	if du.LayerCount != 2 || du.SharedCount != 1 || du.UniqueCount != 1 || du.Images != 3 ||
+	du := &imagev1.DiskUsageResponse{}
+	p.cliJSON(t, du, "image", "df", "-o", "json")
+	if du.LayerCount != 2 || du.SharedCount != 1 || du.UniqueCount != 1 || du.ImageCount != 3 ||
 		du.SharedBytes+du.UniqueBytes+du.UnreferencedInUseBytes+du.ReclaimableBytes != du.TotalBytes {
 		t.Errorf("dsec image df = %+v, want 2 layers (1 shared, 1 unique) in 3 images, adding up", du)
 	}
@@ -108,22 +119,22 @@ func TestImageHousekeeping(t *testing.T) {
 	if _, _, code := p.CLI(t, "", "image", "inspect", "tk/harness:12"); code == 0 {
 		t.Error("dsec image inspect of a removed image succeeded")
 	}
-	p.cliJSON(t, &du, "image", "df", "-o", "json")
-	if du.UnreferencedInUseCount != 1 || du.ReclaimableCount != 1 || du.Sandboxes != 1 ||
+	p.cliJSON(t, du, "image", "df", "-o", "json")
+	if du.UnreferencedInUseCount != 1 || du.ReclaimableCount != 1 || du.SandboxCount != 1 ||
 		du.SharedBytes+du.UniqueBytes+du.UnreferencedInUseBytes+du.ReclaimableBytes != du.TotalBytes {
 		t.Errorf("dsec image df after rm = %+v, want the busybox layer in use and the small one reclaimable", du)
 	}
 
-	var gc dsec.GCResult
-	p.cliJSON(t, &gc, "image", "gc", "--dry-run", "--grace", "0s", "-o", "json")
+	gc := &imagev1.GarbageCollectResponse{}
+	p.cliJSON(t, gc, "image", "gc", "--dry-run", "--grace", "0s", "-o", "json")
 	if r := removed(gc); len(r) != 1 || r[0] != small {
 		t.Errorf("dsec image gc --dry-run would remove %v, want only %s", r, small)
 	}
 	if _, err := c.GetLayer(ctx, small); err != nil || !p.hasBlob(small) {
 		t.Errorf("after a dry run: GetLayer = %v, blob kept %v; want the layer kept", err, p.hasBlob(small))
 	}
-	p.cliJSON(t, &gc, "image", "gc", "--grace", "0s", "-o", "json")
-	if r := removed(gc); len(r) != 1 || r[0] != small || len(gc.Kept) != 1 || gc.Kept[0].Digest != bb {
+	p.cliJSON(t, gc, "image", "gc", "--grace", "0s", "-o", "json")
+	if r := removed(gc); len(r) != 1 || r[0] != small || len(gc.Kept) != 1 || gc.Kept[0].GetLayer().GetDigest() != bb {
 		t.Errorf("dsec image gc = %+v, want %s removed and %s kept in use", gc, small, bb)
 	}
 	if _, err := c.GetLayer(ctx, small); !errors.Is(err, dsec.ErrNotFound) || p.hasBlob(small) {
@@ -139,11 +150,11 @@ func TestImageHousekeeping(t *testing.T) {
 	if err := sb.Delete(ctx); err != nil {
 		t.Fatalf("Delete = %v", err)
 	}
-	p.cliJSON(t, &gc, "image", "gc", "--grace", "0s", "-o", "json")
+	p.cliJSON(t, gc, "image", "gc", "--grace", "0s", "-o", "json")
 	if r := removed(gc); len(r) != 1 || r[0] != bb || p.hasBlob(bb) {
 		t.Errorf("dsec image gc after the sandbox left = %+v (blob kept %v), want %s removed", gc, p.hasBlob(bb), bb)
 	}
-	p.cliJSON(t, &du, "image", "df", "-o", "json")
+	p.cliJSON(t, du, "image", "df", "-o", "json")
 	if du.LayerCount != 0 || du.TotalBytes != 0 {
 		t.Errorf("dsec image df at the end = %+v, want an empty store", du)
 	}

@@ -1,9 +1,11 @@
 package e2e
 
 import (
-	"encoding/json"
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"errors"
 	"fmt"
+	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,8 +93,8 @@ echo kept > /root/keep`)
 	if code != 0 {
 		t.Fatalf("dsec pack = exit %d, %s", code, errOut)
 	}
-	var pk dsec.Pack
-	if err := json.Unmarshal([]byte(out), &pk); err != nil {
+	pk := &sandboxv1.PackDiffResponse{}
+	if err := protojson.Unmarshal([]byte(out), pk); err != nil {
 		t.Fatalf("dsec pack -o json: %v\n%s", err, out)
 	}
 	base, err := c.GetImage(ctx, "packbase:1")

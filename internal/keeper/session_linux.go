@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,6 +65,9 @@ type session struct {
 	stdin     *os.File      // the shell's command pipe
 	exited    chan struct{} // closed once the shell has ended
 	pumped    chan struct{} // closed once both output pipes reached EOF
+	// killed is set before the keeper kills the shell: a command that
+	// ends after it ended with the session, whatever the shell said.
+	killed atomic.Bool
 
 	mu sync.Mutex
 	// guarded by mu
@@ -486,6 +490,9 @@ func (k *Keeper) awaitSessionCmd(id string, spec ExecSpec, b *box, s *session, c
 			}
 		}
 	}
+	if s.killed.Load() {
+		lost = true
+	}
 	ended := time.Now()
 	rec := ExitRecord{ExitStatus: ExitStatus{Started: started, Ended: ended, TimedOut: timedOut, SessionRestarted: restarted}}
 	if lost {
@@ -563,11 +570,15 @@ func (k *Keeper) killSession(s *session) {
 	if !s.alive() {
 		return
 	}
-	for _, pid := range descendants(s.pid) {
+	s.killed.Store(true)
+	// The shell first: killed after its command, it would see the command
+	// die and report that as the command's end.
+	below := descendants(s.pid)
+	_ = syscall.Kill(s.pid, syscall.SIGKILL)
+	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+	for _, pid := range below {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	_ = syscall.Kill(-s.pid, syscall.SIGKILL)
-	_ = syscall.Kill(s.pid, syscall.SIGKILL)
 }
 
 // descendants lists the processes below pid, by the parents /proc shows.
