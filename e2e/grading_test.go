@@ -338,13 +338,13 @@ func testSealed(t *testing.T, p *platform, c *dsec.Client) {
 func testGradeFrom(t *testing.T, p *platform, c *dsec.Client) {
 	ctx := ctxT(t)
 	sb := newSandbox(t, c, "grade")
-	setup := `mkdir -p /work/ans/sub && echo 42 > /work/ans/a.txt && echo deep > /work/ans/sub/b.txt &&
-echo NOT-COPIED > /work/other.txt && echo AGENT-SECRET > /etc/shadow && echo tampered > /etc/grader-note`
+	setup := `mkdir -p /workspace/ans/sub && echo 42 > /workspace/ans/a.txt && echo deep > /workspace/ans/sub/b.txt &&
+echo NOT-COPIED > /workspace/other.txt && echo AGENT-SECRET > /etc/shadow && echo tampered > /etc/grader-note`
 	if r, err := sb.Shell(ctx, setup); err != nil || r.ExitCode != 0 {
 		t.Fatalf("setup: %+v, %v", r, err)
 	}
-	res, err := sb.GradeFrom(ctx, []string{"/work/ans"}, nil, dsec.GradeOptions{
-		Shell: "cat /work/ans/a.txt /work/ans/sub/b.txt; cat /work/other.txt /etc/grader-note 2>/dev/null; hostname; exit 3"})
+	res, err := sb.GradeFrom(ctx, []string{"/workspace/ans"}, nil, dsec.GradeOptions{
+		Shell: "cat /workspace/ans/a.txt /workspace/ans/sub/b.txt; cat /workspace/other.txt /etc/grader-note 2>/dev/null; hostname; exit 3"})
 	if err != nil {
 		t.Fatalf("GradeFrom: %v", err)
 	}
@@ -371,19 +371,19 @@ echo NOT-COPIED > /work/other.txt && echo AGENT-SECRET > /etc/shadow && echo tam
 			t.Errorf("the grading sandbox %s is still listed", s.ID)
 		}
 	}
-	if r, err := sb.Exec(ctx, []string{"cat", "/work/ans/a.txt"}); err != nil || string(r.Stdout) != "42\n" {
+	if r, err := sb.Exec(ctx, []string{"cat", "/workspace/ans/a.txt"}); err != nil || string(r.Stdout) != "42\n" {
 		t.Errorf("the graded sandbox's file after the grade = %v, %v", r, err)
 	}
 
 	// Links out of the copied tree bring nothing else in: copied as links
 	// (resolved in the grading sandbox) or refused, never followed.
-	links := "ln -s /etc/shadow /work/ans/shadow && ln -s .. /work/ans/up && ln -s /work/other.txt /work/ans/other"
+	links := "ln -s /etc/shadow /workspace/ans/shadow && ln -s .. /workspace/ans/up && ln -s /workspace/other.txt /workspace/ans/other"
 	if r, err := sb.Shell(ctx, links); err != nil || r.ExitCode != 0 {
 		t.Fatalf("links: %+v, %v", r, err)
 	}
-	for _, paths := range [][]string{{"/work/ans"}, {"/work/ans/up"}, {"/work/ans/shadow"}} {
+	for _, paths := range [][]string{{"/workspace/ans"}, {"/workspace/ans/up"}, {"/workspace/ans/shadow"}} {
 		res, err = sb.GradeFrom(ctx, paths, []string{"sh", "-c",
-			"cat /work/ans/shadow /work/ans/up/other.txt /work/ans/other /etc/shadow 2>&1; ls -laR /work 2>&1; true"}, dsec.GradeOptions{})
+			"cat /workspace/ans/shadow /workspace/ans/up/other.txt /workspace/ans/other /etc/shadow 2>&1; ls -laR /workspace 2>&1; true"}, dsec.GradeOptions{})
 		if err != nil {
 			if !errors.Is(err, dsec.ErrFailedPrecondition) && !errors.Is(err, dsec.ErrInvalidArgument) {
 				t.Errorf("GradeFrom of %v with links = %v, want them copied as links or refused with FailedPrecondition or InvalidArgument", paths, err)
@@ -400,7 +400,7 @@ echo NOT-COPIED > /work/other.txt && echo AGENT-SECRET > /etc/shadow && echo tam
 
 	// The CLI: the command's output and exit code; nothing left.
 	before, _, _ := p.CLI(t, "", "ps", "-q")
-	out, errOut, code := p.CLI(t, "", "grade", sb.ID, "--copy", "/work/ans/a.txt", "--timeout", "1m", "--", "sh", "-c", "cat /work/ans/a.txt; echo e >&2; exit 4")
+	out, errOut, code := p.CLI(t, "", "grade", sb.ID, "--copy", "/workspace/ans/a.txt", "--timeout", "1m", "--", "sh", "-c", "cat /workspace/ans/a.txt; echo e >&2; exit 4")
 	if out != "42\n" || errOut != "e\n" || code != 4 {
 		t.Errorf("dsec grade = %q, %q, exit %d; want 42, e, 4", out, errOut, code)
 	}
@@ -409,7 +409,7 @@ echo NOT-COPIED > /work/other.txt && echo AGENT-SECRET > /etc/shadow && echo tam
 		t.Errorf("dsec ps before the grade %q, after %q: the grading sandbox is left", before, after)
 	}
 	// A path the sandbox lacks is refused, or brings nothing.
-	if _, errOut, code := p.CLI(t, "", "grade", sb.ID, "--copy", "/work/none", "--", "sh", "-c", "test ! -e /work/none"); code != 0 && (code != 125 || errOut == "") {
+	if _, errOut, code := p.CLI(t, "", "grade", sb.ID, "--copy", "/workspace/none", "--", "sh", "-c", "test ! -e /workspace/none"); code != 0 && (code != 125 || errOut == "") {
 		t.Errorf("dsec grade of a missing path = exit %d, %q; want 125 with why, or nothing copied", code, errOut)
 	}
 	after, _, _ = p.CLI(t, "", "ps", "-q")

@@ -38,7 +38,7 @@ signal N, 124 when --timeout killed it); errors of dsec itself exit 125, bad
 usage 2. With --sh, the command words are joined into one line run with
 /bin/sh -c. See docs/grading.md for when to use this rather than
 dsec exec --sealed.`,
-		Example: `  dsec grade ID --copy /work -- /work/run-tests
+		Example: `  dsec grade ID --copy /workspace -- /workspace/run-tests
   dsec grade ID --copy /repo --image swe-grader:1 -w /repo -- pytest -q /hidden/tests
   dsec grade ID --copy /out/a.txt --copy /out/b.txt --sh -- 'diff /out/a.txt /out/b.txt'`,
 		Args: cobra.MinimumNArgs(2),

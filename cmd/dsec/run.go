@@ -249,9 +249,9 @@ stops following it (it runs on).`,
   echo data | dsec exec -i ID -- cat
   dsec exec -it ID -- /bin/sh
   dsec exec -d ID -- make -j4
-  dsec exec --session main ID -- 'cd /work && export MODE=test'
+  dsec exec --session main ID -- 'cd /workspace && export MODE=test'
   dsec exec --session main ID -- 'pwd; echo $MODE'
-  dsec exec --sealed ID -- /.dsec/bin/sh -c 'cd /work && ./run-tests'`,
+  dsec exec --sealed ID -- /.dsec/bin/sh -c 'cd /workspace && ./run-tests'`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e, err := parseKV("--env", env)

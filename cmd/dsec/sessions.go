@@ -89,7 +89,7 @@ func newSessionCmd(g *globalFlags) *cobra.Command {
 so that cwd, environment, functions, aliases and background jobs carry from
 one command to the next. dsec exec --session NAME ID -- 'CMD' makes one on
 first use and runs commands in it; these commands list and end them.`,
-		Example: `  dsec exec --session main ID -- 'cd /work && export MODE=test'
+		Example: `  dsec exec --session main ID -- 'cd /workspace && export MODE=test'
   dsec session ls ID
   dsec session rm ID main`,
 	}

@@ -129,7 +129,7 @@ func TestExecSealed(t *testing.T) {
 	f := newFakeAPI()
 	addr := startFake(t, f)
 	f.setExit(&sandboxv1.ExecExit{Sealed: true, ExitCode: 1})
-	if _, errOut, code := dsecRun(t, addr, "", "exec", "--sealed", sbID, "--", "/.dsec/bin/sh", "-c", "test -f /work/ok"); code != 1 {
+	if _, errOut, code := dsecRun(t, addr, "", "exec", "--sealed", sbID, "--", "/.dsec/bin/sh", "-c", "test -f /workspace/ok"); code != 1 {
 		t.Errorf("exec --sealed = exit %d (%s), want the command's 1", code, errOut)
 	}
 	if got := lastExec(t, f); got.GetSealed() != sandboxv1.Seal_SEAL_FREEZE || len(got.GetArgv()) != 3 {
@@ -219,13 +219,13 @@ func TestGrade(t *testing.T) {
 	f.grade = &sandboxv1.GradeFromResponse{Exit: &sandboxv1.ExecExit{ExitCode: 4}, Stdout: []byte("3 passed, 1 failed\n"),
 		Stderr: []byte("FAIL test_x\n"), GraderSandboxId: "node1-grader", CopiedFiles: 7, CopiedBytes: 2048}
 	f.mu.Unlock()
-	out, errOut, code := dsecRun(t, addr, "", "grade", sbID, "--copy", "/work", "/etc/answer", "--image", "grader:1", "--timeout", "90s",
-		"-e", "CI=1", "-w", "/work", "--memory", "1G", "--max-copy", "64M", "--", "pytest", "-q")
+	out, errOut, code := dsecRun(t, addr, "", "grade", sbID, "--copy", "/workspace", "/etc/answer", "--image", "grader:1", "--timeout", "90s",
+		"-e", "CI=1", "-w", "/workspace", "--memory", "1G", "--max-copy", "64M", "--", "pytest", "-q")
 	if code != 4 || out != "3 passed, 1 failed\n" || errOut != "FAIL test_x\n" {
 		t.Errorf("grade = exit %d, stdout %q, stderr %q; want the command's 4 and its output", code, out, errOut)
 	}
-	want := &sandboxv1.GradeFromRequest{SandboxId: sbID, Paths: []string{"/work", "/etc/answer"}, Image: "grader:1",
-		Argv: []string{"pytest", "-q"}, Env: map[string]string{"CI": "1"}, Cwd: "/work", Timeout: durationpb.New(90 * time.Second),
+	want := &sandboxv1.GradeFromRequest{SandboxId: sbID, Paths: []string{"/workspace", "/etc/answer"}, Image: "grader:1",
+		Argv: []string{"pytest", "-q"}, Env: map[string]string{"CI": "1"}, Cwd: "/workspace", Timeout: durationpb.New(90 * time.Second),
 		Resources: &sandboxv1.Resources{MemoryBytes: 1 << 30}, MaxCopyBytes: 64 << 20}
 	grades := callsOf[*sandboxv1.GradeFromRequest](f)
 	if diff := cmp.Diff(want, grades[len(grades)-1], protocmp.Transform()); diff != "" {

@@ -129,7 +129,7 @@ func TestUserFacingKeepText(t *testing.T) {
 		for _, err := range []error{
 			errdefs.Newf(k, "sandbox n1-abc: %v: do this", k),
 			fmt.Errorf("sandbox n1-abc: %w", k),
-			errdefs.RetryAfter(errdefs.Newf(k, "no room at /work in the sandbox: delete files"), time.Second),
+			errdefs.RetryAfter(errdefs.Newf(k, "no room at /workspace in the sandbox: delete files"), time.Second),
 		} {
 			log, buf := newLog(slog.LevelDebug)
 			var ce *connect.Error

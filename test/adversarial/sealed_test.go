@@ -268,14 +268,14 @@ func TestSealedPtraceHijack(t *testing.T) {
 // the sandbox's mounts as made at create.
 func TestSealedPrivateMount(t *testing.T) {
 	sb := NewSandbox(t, dsec.CreateOptions{})
-	MustSh(t, sb, `mkdir -p /work && echo honest > /work/result`)
-	r := Sh(t, sb, `setsid unshare -rm sh -c 'mount -t tmpfs none /work && echo forged > /work/result && touch /tmp/mounted && sleep 60' </dev/null >/tmp/unshare.log 2>&1 &
+	MustSh(t, sb, `mkdir -p /workspace && echo honest > /workspace/result`)
+	r := Sh(t, sb, `setsid unshare -rm sh -c 'mount -t tmpfs none /workspace && echo forged > /workspace/result && touch /tmp/mounted && sleep 60' </dev/null >/tmp/unshare.log 2>&1 &
 for i in $(seq 50); do [ -e /tmp/mounted ] && break; sleep 0.05; done; [ -e /tmp/mounted ] && echo mounted || cat /tmp/unshare.log`)
 	if strings.TrimSpace(r.Stdout) != "mounted" {
 		t.Logf("the sandbox cannot make a mount namespace of its own (%q): only the sealed view is checked", r.Stdout)
 	}
-	got := sealedShell(t, sb, sandboxv1.Seal_SEAL_FREEZE, "cat /work/result; grep -c ' /work ' /proc/self/mountinfo")
+	got := sealedShell(t, sb, sandboxv1.Seal_SEAL_FREEZE, "cat /workspace/result; grep -c ' /workspace ' /proc/self/mountinfo")
 	if got.stdout != "honest\n0\n" {
-		t.Errorf("sealed view of /work = %q, %q; want honest and no mount there", got.stdout, got.stderr)
+		t.Errorf("sealed view of /workspace = %q, %q; want honest and no mount there", got.stdout, got.stderr)
 	}
 }

@@ -46,7 +46,7 @@
 // command keeps its own exec ID, output and exit code:
 //
 //	ss := sb.Session("main")
-//	_, err = ss.Run(ctx, "cd /work && export MODE=test")
+//	_, err = ss.Run(ctx, "cd /workspace && export MODE=test")
 //	res, err = ss.Run(ctx, "pwd; echo $MODE") // "/work\ntest\n"
 //
 // A result's SessionLost and SessionRestarted say when a session's shell was

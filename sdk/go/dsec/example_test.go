@@ -38,10 +38,10 @@ func Example() {
 	}
 	defer sb.Delete(context.WithoutCancel(ctx))
 
-	if err := sb.WriteFile(ctx, "/work/main.py", []byte("print(6*7)\n"), dsec.WithMakeParents()); err != nil {
+	if err := sb.WriteFile(ctx, "/workspace/main.py", []byte("print(6*7)\n"), dsec.WithMakeParents()); err != nil {
 		log.Fatal(err)
 	}
-	res, err := sb.Exec(ctx, []string{"python3", "main.py"}, dsec.WithCwd("/work"), dsec.WithTimeout(time.Minute))
+	res, err := sb.Exec(ctx, []string{"python3", "main.py"}, dsec.WithCwd("/workspace"), dsec.WithTimeout(time.Minute))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func (s *Sandbox) GradeFrom(ctx context.Context, paths []string, argv []string, 
 		return nil, err
 	}
 	if (len(argv) == 0) == (opts.Shell == "") {
-		return nil, newError(ErrInvalidArgument, "grade: give either a command (argv) or a shell line (GradeOptions.Shell), not both or neither (example: []string{\"pytest\", \"/work/tests\"})")
+		return nil, newError(ErrInvalidArgument, "grade: give either a command (argv) or a shell line (GradeOptions.Shell), not both or neither (example: []string{\"pytest\", \"/workspace/tests\"})")
 	}
 	if len(paths) == 0 {
 		return nil, newError(ErrInvalidArgument, "grade: no paths to copy: name the sandbox's files or directories to grade (example: []string{\"/work\"})")
@@ -76,7 +76,7 @@ func (s *Sandbox) GradeFrom(ctx context.Context, paths []string, argv []string, 
 	}
 	for _, p := range paths {
 		if !path.IsAbs(p) {
-			return nil, newError(ErrInvalidArgument, "grade: path %.80q is not absolute (example: /work)", p)
+			return nil, newError(ErrInvalidArgument, "grade: path %.80q is not absolute (example: /workspace)", p)
 		}
 	}
 	if opts.OutputLimit < 0 || opts.MaxCopyBytes < 0 {

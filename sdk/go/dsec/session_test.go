@@ -224,8 +224,8 @@ func TestGradeFrom(t *testing.T) {
 		CopiedBytes:     3456,
 	}
 	f.mu.Unlock()
-	res, err := sb.GradeFrom(t.Context(), []string{"/work", "/etc/answer"}, []string{"pytest", "-q"}, GradeOptions{
-		Image: "python:3.12", Env: map[string]string{"CI": "1"}, Cwd: "/work", User: "1000",
+	res, err := sb.GradeFrom(t.Context(), []string{"/workspace", "/etc/answer"}, []string{"pytest", "-q"}, GradeOptions{
+		Image: "python:3.12", Env: map[string]string{"CI": "1"}, Cwd: "/workspace", User: "1000",
 		Timeout: time.Minute, OutputLimit: 1 << 20, Memory: 1 << 30, CPUs: 2, MaxCopyBytes: 1 << 28,
 	})
 	if err != nil {
@@ -242,18 +242,18 @@ func TestGradeFrom(t *testing.T) {
 	if res.Code() != 1 {
 		t.Errorf("GradeFrom's Code() = %d, want 1", res.Code())
 	}
-	wantReq := &sandboxv1.GradeFromRequest{SandboxId: sb.ID, Paths: []string{"/work", "/etc/answer"}, Image: "python:3.12",
-		Argv: []string{"pytest", "-q"}, Env: map[string]string{"CI": "1"}, Cwd: "/work", User: "1000",
+	wantReq := &sandboxv1.GradeFromRequest{SandboxId: sb.ID, Paths: []string{"/workspace", "/etc/answer"}, Image: "python:3.12",
+		Argv: []string{"pytest", "-q"}, Env: map[string]string{"CI": "1"}, Cwd: "/workspace", User: "1000",
 		Timeout: durationpb.New(time.Minute), OutputLimit: 1 << 20, MaxCopyBytes: 1 << 28,
 		Resources: &sandboxv1.Resources{MemoryBytes: 1 << 30, Cpus: 2}}
 	if diff := cmp.Diff(wantReq, f.lastCall(), protocmp.Transform()); diff != "" {
 		t.Errorf("GradeFromRequest (-want +got):\n%s", diff)
 	}
 
-	if _, err := sb.GradeFrom(t.Context(), []string{"/work"}, nil, GradeOptions{Shell: "cd /work && make test"}); err != nil {
+	if _, err := sb.GradeFrom(t.Context(), []string{"/workspace"}, nil, GradeOptions{Shell: "cd /workspace && make test"}); err != nil {
 		t.Fatalf("GradeFrom with a shell line: %v", err)
 	}
-	if diff := cmp.Diff(&sandboxv1.GradeFromRequest{SandboxId: sb.ID, Paths: []string{"/work"}, Shell: "cd /work && make test"},
+	if diff := cmp.Diff(&sandboxv1.GradeFromRequest{SandboxId: sb.ID, Paths: []string{"/workspace"}, Shell: "cd /workspace && make test"},
 		f.lastCall(), protocmp.Transform()); diff != "" {
 		t.Errorf("GradeFromRequest with a shell line (-want +got):\n%s", diff)
 	}
@@ -268,12 +268,12 @@ func TestGradeFrom(t *testing.T) {
 		argv  []string
 		opts  GradeOptions
 	}{
-		"no command":     {[]string{"/work"}, nil, GradeOptions{}},
-		"both commands":  {[]string{"/work"}, []string{"true"}, GradeOptions{Shell: "true"}},
+		"no command":     {[]string{"/workspace"}, nil, GradeOptions{}},
+		"both commands":  {[]string{"/workspace"}, []string{"true"}, GradeOptions{Shell: "true"}},
 		"no paths":       {nil, []string{"true"}, GradeOptions{}},
 		"relative path":  {[]string{"work"}, []string{"true"}, GradeOptions{}},
 		"too many paths": {many, []string{"true"}, GradeOptions{}},
-		"negative limit": {[]string{"/work"}, []string{"true"}, GradeOptions{MaxCopyBytes: -1}},
+		"negative limit": {[]string{"/workspace"}, []string{"true"}, GradeOptions{MaxCopyBytes: -1}},
 	} {
 		if _, err := sb.GradeFrom(t.Context(), tc.paths, tc.argv, tc.opts); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: GradeFrom = %v, want ErrInvalidArgument", name, err)
@@ -283,11 +283,11 @@ func TestGradeFrom(t *testing.T) {
 		t.Errorf("refused grades reached the server")
 	}
 
-	if _, err := c.Sandbox("sb-gone").GradeFrom(t.Context(), []string{"/work"}, []string{"true"}, GradeOptions{}); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Sandbox("sb-gone").GradeFrom(t.Context(), []string{"/workspace"}, []string{"true"}, GradeOptions{}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("GradeFrom of an unknown sandbox = %v, want ErrNotFound", err)
 	}
-	f.setFail(connect.NewError(connect.CodeFailedPrecondition, errors.New("/work/link is a device: only regular files, directories and links are copied")))
-	if _, err := sb.GradeFrom(context.Background(), []string{"/work"}, []string{"true"}, GradeOptions{}); !errors.Is(err, ErrFailedPrecondition) ||
+	f.setFail(connect.NewError(connect.CodeFailedPrecondition, errors.New("/workspace/link is a device: only regular files, directories and links are copied")))
+	if _, err := sb.GradeFrom(context.Background(), []string{"/workspace"}, []string{"true"}, GradeOptions{}); !errors.Is(err, ErrFailedPrecondition) ||
 		!strings.Contains(err.Error(), "only regular files") {
 		t.Errorf("GradeFrom refused by the server = %v, want ErrFailedPrecondition with its message", err)
 	}
@@ -295,7 +295,7 @@ func TestGradeFrom(t *testing.T) {
 	f.mu.Lock()
 	f.grade = &sandboxv1.GradeFromResponse{}
 	f.mu.Unlock()
-	if _, err := sb.GradeFrom(t.Context(), []string{"/work"}, []string{"true"}, GradeOptions{}); !errors.Is(err, ErrInternal) {
+	if _, err := sb.GradeFrom(t.Context(), []string{"/workspace"}, []string{"true"}, GradeOptions{}); !errors.Is(err, ErrInternal) {
 		t.Errorf("GradeFrom answered without an exit = %v, want ErrInternal", err)
 	}
 }

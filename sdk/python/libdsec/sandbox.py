@@ -492,12 +492,12 @@ class Sandbox:
                                               "directory instead)" % len(plist))
         for p in plist:
             if not p.startswith("/"):
-                raise errors.InvalidArgumentError("grade_from: path %.80r is not absolute (example: /work)" % p)
+                raise errors.InvalidArgumentError("grade_from: path %.80r is not absolute (example: /workspace)" % p)
         msg: Dict[str, Any] = {"sandboxId": self.id, "paths": plist}
         if isinstance(command, str):
             if not command:
                 raise errors.InvalidArgumentError("grade_from: empty shell command "
-                                                  "(example: \"cd /work && make test\")")
+                                                  "(example: \"cd /workspace && make test\")")
             msg["shell"] = command
         else:
             argv = _wire.string_list(command, "the command")

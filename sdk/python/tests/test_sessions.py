@@ -140,12 +140,12 @@ class GradeTest(FakeCase):
                              "stderr": _wire.b64(b"trace\n"), "graderSandboxId": "node-grader",
                              "copiedFiles": "12", "copiedBytes": "3456"}),
                    unary_ok({"exit": {}}),
-                   unary_error(400, "failed_precondition", "/work/dev is a device: only regular files, directories "
+                   unary_error(400, "failed_precondition", "/workspace/dev is a device: only regular files, directories "
                                                            "and links are copied"),
                    unary_ok({})]
         sb = self.serve(lambda p, h, b: answers.pop(0))
-        r = await sb.grade_from(["/work", "/etc/answer"], ["pytest", "-q"], image="grader:1", env={"CI": "1"},
-                                cwd="/work", timeout=60, memory=1 << 30, cpus=2, max_copy_bytes=1 << 28,
+        r = await sb.grade_from(["/workspace", "/etc/answer"], ["pytest", "-q"], image="grader:1", env={"CI": "1"},
+                                cwd="/workspace", timeout=60, memory=1 << 30, cpus=2, max_copy_bytes=1 << 28,
                                 output_limit=1 << 20)
         self.assertIsInstance(r, libdsec.GradeResult)
         self.assertEqual((r.exit_code, r.code, r.ok, r.stdout, r.stderr, r.duration),
@@ -154,26 +154,26 @@ class GradeTest(FakeCase):
         path, _, body = self.srv.requests[0]
         self.assertTrue(path.endswith("/GradeFrom"))
         self.assertEqual(json.loads(body), {
-            "sandboxId": "node-abc", "paths": ["/work", "/etc/answer"], "argv": ["pytest", "-q"], "image": "grader:1",
-            "env": {"CI": "1"}, "cwd": "/work", "timeout": "60s", "outputLimit": str(1 << 20),
+            "sandboxId": "node-abc", "paths": ["/workspace", "/etc/answer"], "argv": ["pytest", "-q"], "image": "grader:1",
+            "env": {"CI": "1"}, "cwd": "/workspace", "timeout": "60s", "outputLimit": str(1 << 20),
             "maxCopyBytes": str(1 << 28), "resources": {"memoryBytes": str(1 << 30), "cpus": 2.0}})
-        r = await sb.grade_from(("/work",), "cd /work && make test")
+        r = await sb.grade_from(("/workspace",), "cd /workspace && make test")
         self.assertTrue(r.ok)
         self.assertEqual(json.loads(self.srv.requests[1][2]),
-                         {"sandboxId": "node-abc", "paths": ["/work"], "shell": "cd /work && make test"})
+                         {"sandboxId": "node-abc", "paths": ["/workspace"], "shell": "cd /workspace && make test"})
         with self.assertRaises(libdsec.FailedPreconditionError) as cm:
-            await sb.grade_from(["/work"], "true")
+            await sb.grade_from(["/workspace"], "true")
         self.assertIn("only regular files", str(cm.exception))
         with self.assertRaises(libdsec.InternalError):
-            await sb.grade_from(["/work"], "true")
+            await sb.grade_from(["/workspace"], "true")
         # A grade is not retried: it would copy and run again.
         self.assertEqual(len(self.srv.requests), 4)
 
     async def test_refused_before_the_call(self):
         sb = self.serve(lambda p, h, b: unary_ok({}))
-        for paths, cmd, kw in [([], "true", {}), ("/work", "true", {}), (["work"], "true", {}),
-                               (["/p"] * 257, "true", {}), (["/work"], "", {}), (["/work"], [], {}),
-                               (["/work"], "true", {"timeout": 0}), (["/work"], "true", {"max_copy_bytes": -1})]:
+        for paths, cmd, kw in [([], "true", {}), ("/workspace", "true", {}), (["work"], "true", {}),
+                               (["/p"] * 257, "true", {}), (["/workspace"], "", {}), (["/workspace"], [], {}),
+                               (["/workspace"], "true", {"timeout": 0}), (["/workspace"], "true", {"max_copy_bytes": -1})]:
             with self.assertRaises(libdsec.InvalidArgumentError, msg=repr((paths, cmd, kw))):
                 await sb.grade_from(paths, cmd, **kw)
         self.assertEqual(self.srv.requests, [])
