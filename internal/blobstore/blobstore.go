@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dsecproject/dsec/internal/atomicfile"
 	"github.com/dsecproject/dsec/internal/errdefs"
 )
 
@@ -284,7 +285,7 @@ func (d *Dir) Put(ctx context.Context, r io.Reader, want string) (Desc, error) {
 	if err := publish(tmp.Name(), final); err != nil {
 		return Desc{}, fmt.Errorf("put blob %s: %w", desc.Digest, err)
 	}
-	if err := syncDir(d.dir); err != nil {
+	if err := atomicfile.SyncDir(d.dir); err != nil {
 		return Desc{}, fmt.Errorf("put blob %s: %w", desc.Digest, err)
 	}
 	return desc, nil
@@ -302,18 +303,6 @@ func publish(tmp, final string) error {
 		return nil
 	}
 	return os.Rename(tmp, final)
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil && !errors.Is(err, errors.ErrUnsupported) {
-		return err
-	}
-	return nil
 }
 
 // ctxReader stops a copy when ctx is done.

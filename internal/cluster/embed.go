@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/dsecproject/dsec/internal/atomicfile"
 	"github.com/dsecproject/dsec/internal/errdefs"
 )
 
@@ -160,7 +161,7 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (_ *Embedded, err error
 		if err := os.Chmod(sock, 0o600); err != nil {
 			return nil, fmt.Errorf("embedded etcd in %s: %w", dir, err)
 		}
-		if err := writeFileAtomic(filepath.Join(dir, EmbedEndpointFile), []byte(endpoint+"\n"), 0o600); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, EmbedEndpointFile), []byte(endpoint+"\n"), 0o600); err != nil {
 			return nil, fmt.Errorf("embedded etcd in %s: %w", dir, err)
 		}
 	}

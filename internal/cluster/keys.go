@@ -19,6 +19,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dsecproject/dsec/internal/atomicfile"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/project"
 )
@@ -401,7 +402,7 @@ func (s *Store) createAdminKey(ctx context.Context, path string) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("admin key: %w", err)
 	}
-	if err := createFileAtomic(path, []byte(secret+"\n"), 0o600); err != nil {
+	if err := atomicfile.Create(path, []byte(secret+"\n"), 0o600); err != nil {
 		if derr := s.DeleteKey(context.WithoutCancel(ctx), k.ID); derr != nil {
 			s.lg.Warn("delete unused admin key", "id", k.ID, "err", derr)
 		}

@@ -17,6 +17,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 	"golang.org/x/sys/unix"
 
+	"github.com/dsecproject/dsec/internal/atomicfile"
 	"github.com/dsecproject/dsec/internal/errdefs"
 )
 
@@ -133,40 +134,7 @@ func markBoot(path string) error {
 	if b, err := os.ReadFile(path + ".boot"); err == nil && strings.TrimSpace(string(b)) == cur {
 		return nil
 	}
-	return writeDurably(path+".boot", []byte(cur+"\n"))
-}
-
-func writeDurably(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(path+".boot", []byte(cur+"\n"), 0o600)
 }
 
 // entry is one key and value of a bucket of the node state.
@@ -291,7 +259,7 @@ func rebuild(path string) (string, error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return fail(err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return "", err
 	}
 	if kept == "" {

@@ -38,6 +38,7 @@ var layers = []layer{
 	// helpers: nothing that knows what a sandbox is.
 	{"base", []string{
 		"internal/apierr",
+		"internal/atomicfile",
 		"internal/caller",
 		"internal/errdefs",
 		"internal/layering",

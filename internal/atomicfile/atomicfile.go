@@ -1,4 +1,6 @@
-package cluster
+// Package atomicfile writes files so that readers, and a crash, see the old
+// file or the whole new one, never a part.
+package atomicfile
 
 import (
 	"errors"
@@ -8,15 +10,15 @@ import (
 	"path/filepath"
 )
 
-// writeFileAtomic writes data to path with mode perm so that readers see the
+// WriteFile writes data to path with mode perm so that readers see the
 // old file or the whole new one, never a part.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
+func WriteFile(path string, data []byte, perm fs.FileMode) error {
 	return installFile(path, data, perm, os.Rename)
 }
 
-// createFileAtomic is writeFileAtomic that fails with an error matching
+// Create is WriteFile that fails with an error matching
 // fs.ErrExist, and leaves the file alone, when path already exists.
-func createFileAtomic(path string, data []byte, perm fs.FileMode) error {
+func Create(path string, data []byte, perm fs.FileMode) error {
 	return installFile(path, data, perm, os.Link)
 }
 
@@ -51,16 +53,18 @@ func installFile(path string, data []byte, perm fs.FileMode, install func(oldpat
 		}
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-func syncDir(dir string) error {
+// SyncDir makes the entries of dir durable (a file system that cannot sync
+// a directory is no error).
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := d.Sync(); err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
