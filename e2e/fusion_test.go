@@ -52,11 +52,8 @@ func TestFusion(t *testing.T) {
 
 // testFusionBurst runs calls at concurrency 4, as an RL reward loop does:
 // none waits for room (placement once counted the pool's creates twice,
-// and 5-20% of such calls took 5 s on a faster machine), and /metrics
-// shows the calls, their queue wait and the pools (issue 13). On a 2-core
-// machine the calls run at about 4/s, too slow to fill the node's 4×
-// overcommitted memory even counted twice: the placement itself is checked
-// at 15/s by internal/apiserver's TestBurstOnANodeWithRoom.
+// and 5-20% of such calls took 5 s), and /metrics shows the calls, their
+// queue wait and the pools (issue 13).
 func testFusionBurst(t *testing.T, p *platform, f *fusionClient) {
 	before := scrapeAll(t, p)
 	const calls, conc = 32, 4
