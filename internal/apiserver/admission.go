@@ -289,9 +289,9 @@ func (l *projectLedger) reserve(p cluster.Project, mem int64, nodes []watcher.No
 	}, nil
 }
 
-// deleted records that a delete went through this apiserver: reports
-// older than it may count sandboxes that are gone.
-func (l *projectLedger) deleted() {
+// touched records that a create or delete went through this apiserver:
+// reports older than it may miss sandboxes or count ones that are gone.
+func (l *projectLedger) touched() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.changed = time.Now()

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -198,24 +199,22 @@ func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sand
 	if mem <= 0 {
 		mem = s.cfg.DefaultMemory
 	}
+	req := placement.Request{Backend: backend, MemoryBytes: mem}
 	nodes := s.cfg.Watcher.Placement()
 	var order []string
 	if key := msg.GetIdempotencyKey(); key != "" {
 		order = placement.Pinned(nodes, backend, keyFrom(ctx).ID+"/"+key)
 	} else {
-		order = s.cfg.Placer.Order(nodes, placement.Request{Backend: backend, MemoryBytes: mem})
+		order = s.cfg.Placer.Order(nodes, req)
+		// The reports may predate deletes (the placements since count on
+		// top of them): a node that looks full may not be. Ask again.
+		if len(order) == 0 && s.usage.refresh(ctx, s.cfg.Watcher, oldestReport(nodes)) {
+			nodes = s.cfg.Watcher.Placement()
+			order = s.cfg.Placer.Order(nodes, req)
+		}
 	}
 	if len(order) == 0 {
-		healthy := 0
-		for _, n := range nodes {
-			if n.Healthy {
-				healthy++
-			}
-		}
-		if healthy == 0 {
-			return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrUnavailable, "no healthy node (%d registered): start one with `dsec up` or `dsec edge`", len(nodes)), 2*time.Second)
-		}
-		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted, "no node has room for a %s sandbox with %d MiB (%d healthy nodes): retry later or ask for less memory", backend, mem>>20, healthy), 5*time.Second)
+		return nil, s.noRoom(nodes, req)
 	}
 	var lastErr error
 	for i, name := range order {
@@ -233,7 +232,8 @@ func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sand
 		}
 		resp, err := conn.Sandbox.Create(ctx, forward(ctx, msg))
 		if err == nil {
-			s.cfg.Placer.Placed(name, mem)
+			s.cfg.Placer.Placed(name, resp.Msg.GetSandbox().GetId(), mem)
+			s.usage.touched()
 			return resp.Msg, nil
 		}
 		lastErr = edgeErr(name, err)
@@ -242,6 +242,47 @@ func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sand
 		}
 	}
 	return nil, lastErr
+}
+
+// noRoom is the error of a create that no node can take now: Unavailable
+// without a healthy node, else ResourceExhausted naming the roomiest node
+// and what it has left.
+func (s *Server) noRoom(nodes []placement.Node, req placement.Request) error {
+	healthy := 0
+	var best *placement.Node
+	var bestFree int64
+	for i, n := range nodes {
+		if !n.Healthy {
+			continue
+		}
+		healthy++
+		if !slices.Contains(n.Backends, req.Backend) {
+			continue
+		}
+		if free := s.cfg.Placer.Free(n); best == nil || free > bestFree {
+			best, bestFree = &nodes[i], free
+		}
+	}
+	switch {
+	case healthy == 0:
+		return errdefs.RetryAfter(errdefs.Newf(errdefs.ErrUnavailable, "no healthy node (%d registered): start one with `dsec up` or `dsec edge`", len(nodes)), 2*time.Second)
+	case best == nil:
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "no healthy node runs the %s backend (%d healthy nodes): ask for another backend or start a node with it", req.Backend, healthy)
+	}
+	return errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
+		"no node has room for a %s sandbox with %d MiB (%d healthy nodes; the roomiest, %s, has %d MiB of its %d MiB left): retry later, delete sandboxes or ask for less memory",
+		req.Backend, req.MemoryBytes>>20, healthy, best.Name, max(bestFree, 0)>>20, best.MemoryAdmissible>>20), 5*time.Second)
+}
+
+// oldestReport is when the oldest of the nodes' reports was asked for.
+func oldestReport(nodes []placement.Node) time.Time {
+	var t time.Time
+	for _, n := range nodes {
+		if !n.ReportedAt.IsZero() && (t.IsZero() || n.ReportedAt.Before(t)) {
+			t = n.ReportedAt
+		}
+	}
+	return t
 }
 
 func (p *sandboxProxy) Get(ctx context.Context, req *connect.Request[sandboxv1.GetRequest]) (*connect.Response[sandboxv1.GetResponse], error) {
@@ -301,13 +342,17 @@ func (p *sandboxProxy) List(ctx context.Context, req *connect.Request[sandboxv1.
 }
 
 func (p *sandboxProxy) Delete(ctx context.Context, req *connect.Request[sandboxv1.DeleteRequest]) (*connect.Response[sandboxv1.DeleteResponse], error) {
-	defer p.s.usage.deleted()
+	defer p.s.usage.touched()
 	m := req.Msg
 	switch {
 	case m.GetId() != "" && len(m.GetSelector()) > 0:
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "delete takes an id or a selector, not both")
 	case m.GetId() != "":
-		return unary(ctx, p.s, m.GetId(), m, sandboxv1connect.SandboxServiceClient.Delete)
+		resp, err := unary(ctx, p.s, m.GetId(), m, sandboxv1connect.SandboxServiceClient.Delete)
+		if err == nil {
+			p.s.gone([]string{m.GetId()})
+		}
+		return resp, err
 	case len(m.GetSelector()) == 0:
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "delete needs a sandbox id or a label selector")
 	}
@@ -324,10 +369,24 @@ func (p *sandboxProxy) Delete(ctx context.Context, req *connect.Request[sandboxv
 		return nil
 	})
 	sort.Strings(out.Deleted)
+	p.s.gone(out.Deleted)
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(out), nil
+}
+
+// gone tells placement that the sandboxes ids were deleted.
+func (s *Server) gone(ids []string) {
+	byNode := map[string][]string{}
+	for _, id := range ids {
+		if node, ok := sandbox.NodeOfID(id); ok {
+			byNode[node] = append(byNode[node], id)
+		}
+	}
+	for node, ids := range byNode {
+		s.cfg.Placer.Gone(node, ids...)
+	}
 }
 
 func (p *sandboxProxy) Exec(ctx context.Context, req *connect.Request[sandboxv1.ExecRequest], stream *connect.ServerStream[sandboxv1.ExecResponse]) error {

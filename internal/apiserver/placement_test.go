@@ -15,9 +15,7 @@ import (
 // of the burst, and SandboxFusion calls waited 5 s for room (issue 13).
 func TestBurstOnANodeWithRoom(t *testing.T) {
 	ts := newTenancyServer(t, 0)
-	ts.edge.mu.Lock()
-	ts.edge.admissible = 64 << 30
-	ts.edge.mu.Unlock()
+	ts.setAdmissible(t, 64<<30)
 	const n = 60
 	tick := time.NewTicker(time.Second / 15)
 	defer tick.Stop()
@@ -48,5 +46,42 @@ func TestBurstOnANodeWithRoom(t *testing.T) {
 	}
 	if failed > 0 {
 		t.Errorf("%d of %d creates of 1 GiB failed on a node that admits 64 GiB", failed, n)
+	}
+}
+
+// TestChurnOnANodeWithLittleRoom: sandboxes created and deleted at once,
+// four at a time, as SandboxFusion's calls do, on a node that admits 8 GiB
+// of 1 GiB sandboxes: at most four are alive, so every create has room.
+// The node's report (polled every 2 s) does not see the deletes since it
+// was taken while the placements since then count on top, so a node with
+// room looked full for up to 2 s; a refused placement now asks the nodes
+// again before it refuses (issue 13).
+func TestChurnOnANodeWithLittleRoom(t *testing.T) {
+	ts := newTenancyServer(t, 0)
+	ts.setAdmissible(t, 8<<30)
+	const workers, each = 4, 15
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error // guarded by mu
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				sb, err := ts.admin.Create(t.Context(), dsec.CreateOptions{Layers: []string{digestOf([]byte("x"))}, Memory: 1 << 30})
+				if err == nil {
+					err = ts.admin.Delete(t.Context(), sb.ID)
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Errorf("%d of %d creates and deletes with at most %d sandboxes of 1 GiB alive on a node that admits 8 GiB failed; first: %v", len(errs), workers*each, workers, errs[0])
 	}
 }

@@ -140,6 +140,16 @@ type tenancyServer struct {
 	edge  *countingEdge
 	addr  string
 	blobs string // the layer store's directory
+	watch *watcher.Watcher
+}
+
+// setAdmissible makes the node admit mem bytes in all and the control
+// plane see it.
+func (s *tenancyServer) setAdmissible(t *testing.T, mem int64) {
+	s.edge.mu.Lock()
+	s.edge.admissible = mem
+	s.edge.mu.Unlock()
+	s.watch.Poll(t.Context())
 }
 
 func newTenancyServer(t *testing.T, delay time.Duration) *tenancyServer {
@@ -209,7 +219,7 @@ func newTenancyServerLog(t *testing.T, delay time.Duration, apiLog *slog.Logger)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &tenancyServer{admin: c, store: store, edge: fe, addr: addr, blobs: filepath.Join(dir, "blobs")}
+	return &tenancyServer{admin: c, store: store, edge: fe, addr: addr, blobs: filepath.Join(dir, "blobs"), watch: w}
 }
 
 // client returns a client with a new key of project.

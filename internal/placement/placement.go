@@ -5,8 +5,9 @@
 // looked emptiest at the last poll. A recent placement counts only until a
 // report of the node taken after it (which already holds the sandbox), so
 // that a burst is not counted twice and a node with room does not look
-// full. It returns a full order so that the
-// caller can try the next node when an edge refuses.
+// full; a recent placement deleted before such a report stops counting at
+// once (Gone). It returns a full order so that the caller can try the next
+// node when an edge refuses.
 package placement
 
 import (
@@ -60,6 +61,7 @@ type Placer struct {
 
 type placed struct {
 	at  time.Time
+	id  string
 	mem int64
 }
 
@@ -114,11 +116,38 @@ func (p *Placer) Order(nodes []Node, req Request) []string {
 	return order
 }
 
-// Placed records that a sandbox went to node.
-func (p *Placer) Placed(node string, mem int64) {
+// Free is the memory node can still take as the placer sees it: what the
+// node admits less what its report holds and the placements since.
+func (p *Placer) Free(n Node) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.recent[node] = append(p.recent[node], placed{at: time.Now(), mem: mem})
+	return n.MemoryAdmissible - n.MemoryCommitted - p.recentMem(n.Name, n.ReportedAt, time.Now())
+}
+
+// Placed records that sandbox id, of mem bytes, went to node.
+func (p *Placer) Placed(node, id string, mem int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.recent[node] = append(p.recent[node], placed{at: time.Now(), id: id, mem: mem})
+}
+
+// Gone records that sandboxes were deleted: a recent placement of one no
+// longer counts (a sandbox created and deleted between two reports of its
+// node, as a run_code call's is, is in neither). A sandbox the last report
+// holds still counts until the next one.
+func (p *Placer) Gone(node string, ids ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs := p.recent[node]
+	if len(rs) == 0 {
+		return
+	}
+	rs = slices.DeleteFunc(rs, func(r placed) bool { return slices.Contains(ids, r.id) })
+	if len(rs) == 0 {
+		delete(p.recent, node)
+		return
+	}
+	p.recent[node] = rs
 }
 
 // recentMem sums the memory of the placements on node that its report

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,12 +45,12 @@ func TestRecentPlacementsCount(t *testing.T) {
 	nodes := []Node{{Name: "a", Backends: []string{"container"}, MemoryAdmissible: 100, Healthy: true}}
 	p := New(Config{})
 	for range 9 {
-		p.Placed("a", 10)
+		p.Placed("a", "", 10)
 	}
 	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: 10}); len(got) != 1 {
 		t.Errorf("Order after 90 of 100 placed = %v, want [a]", got)
 	}
-	p.Placed("a", 10)
+	p.Placed("a", "", 10)
 	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: 10}); len(got) != 0 {
 		t.Errorf("Order after 100 of 100 placed = %v, want none", got)
 	}
@@ -62,7 +63,7 @@ func TestReportAfterPlacementsHoldsThem(t *testing.T) {
 	const gib = 1 << 30
 	p := New(Config{})
 	for range 20 {
-		p.Placed("a", gib)
+		p.Placed("a", "", gib)
 	}
 	// The report asked for after the burst: 20 GiB of 24 committed.
 	nodes := []Node{{Name: "a", Backends: []string{"container"}, MemoryAdmissible: 24 * gib,
@@ -72,7 +73,7 @@ func TestReportAfterPlacementsHoldsThem(t *testing.T) {
 	}
 	// Placements after the report still count: 4 more fill the node.
 	for range 4 {
-		p.Placed("a", gib)
+		p.Placed("a", "", gib)
 	}
 	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: gib}); len(got) != 0 {
 		t.Errorf("Order after 4 GiB placed since the report = %v, want none", got)
@@ -85,10 +86,32 @@ func TestReportBeforePlacementsCountsThem(t *testing.T) {
 		Healthy: true, ReportedAt: time.Now().Add(-time.Millisecond)}}
 	p := New(Config{})
 	for range 10 {
-		p.Placed("a", 10)
+		p.Placed("a", "", 10)
 	}
 	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: 10}); len(got) != 0 {
 		t.Errorf("Order after 100 of 100 placed since the report = %v, want none", got)
+	}
+}
+
+// A sandbox placed and deleted since its node's last report is in
+// neither: it stops counting when it is deleted (issue 13).
+func TestDeletedPlacementsStopCounting(t *testing.T) {
+	nodes := []Node{{Name: "a", Backends: []string{"container"}, MemoryAdmissible: 100,
+		Healthy: true, ReportedAt: time.Now().Add(-time.Millisecond)}}
+	p := New(Config{})
+	for i := range 10 {
+		p.Placed("a", fmt.Sprint("a-", i), 10)
+	}
+	if got := p.Free(nodes[0]); got != 0 {
+		t.Fatalf("Free after 100 of 100 placed = %d, want 0", got)
+	}
+	p.Gone("a", "a-3", "a-7", "b-1")
+	p.Gone("b", "a-1")
+	if got := p.Free(nodes[0]); got != 20 {
+		t.Errorf("Free after two of the placements were deleted = %d, want 20", got)
+	}
+	if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: 20}); len(got) != 1 {
+		t.Errorf("Order of 20 with 20 free = %v, want [a]", got)
 	}
 }
 
