@@ -518,6 +518,13 @@ func (k *Keeper) awaitSessionCmd(id string, spec ExecSpec, b *box, s *session, c
 	if !lost {
 		rec.Code = c.status
 	}
+	if timedOut && rec.Signal == 0 {
+		// SIGINT ended it (the shell says 130, or what the command or the
+		// shell made of the signal): a timed-out command has the signal
+		// that ended it and no exit code, as one outside a session has
+		// SIGKILL.
+		rec.Code, rec.Signal = 0, int(syscall.SIGINT)
+	}
 	rec.StdoutTruncated, rec.StderrTruncated = c.trunc[0], c.trunc[1]
 	rec.StdoutBytes, rec.StderrBytes = c.written[0], c.written[1]
 	s.cur = nil

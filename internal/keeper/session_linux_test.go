@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,8 +97,8 @@ func testSessionCases(t *testing.T, c *Client, id, name string, run func(string,
 	// A timeout in the middle of a pipeline: SIGINT ends it, the shell
 	// lives on.
 	st, _, _ = run("echo a | sleep 60 | cat", func(s *ExecSpec) { s.Timeout = 300 * time.Millisecond })
-	if !st.TimedOut || st.SessionLost {
-		t.Errorf("a timed-out pipeline = %+v, want timed out, the session kept", st)
+	if !st.TimedOut || st.SessionLost || st.Signal != int(syscall.SIGINT) || st.Code != 0 {
+		t.Errorf("a timed-out pipeline = %+v, want timed out by SIGINT with no exit code (as a timed-out exec is by SIGKILL), the session kept", st)
 	}
 	st, out, _ = run("pwd", nil)
 	if st.SessionRestarted || out != "/tmp\n" {
@@ -107,7 +108,7 @@ func testSessionCases(t *testing.T, c *Client, id, name string, run func(string,
 	// passes, the shell is killed.
 	start := time.Now()
 	st, _, _ = run("while :; do :; done", func(s *ExecSpec) { s.Timeout = 200 * time.Millisecond })
-	if !st.TimedOut || !st.SessionLost || time.Since(start) > 10*time.Second {
+	if !st.TimedOut || !st.SessionLost || st.Signal != int(syscall.SIGKILL) || st.Code != 0 || time.Since(start) > 10*time.Second {
 		t.Errorf("a busy loop with a timeout = %+v after %v, want timed out and session lost", st, time.Since(start))
 	}
 	st, out, _ = run("pwd; echo ${FOO:-unset}", nil)

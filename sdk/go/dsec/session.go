@@ -16,9 +16,11 @@ import (
 // separate stdout and stderr, and exit code. A session's commands run one
 // at a time; several sessions of a sandbox run concurrently.
 //
-// A command's timeout interrupts its foreground processes (SIGINT), then,
-// after a grace period, kills the shell: the result then says SessionLost
-// and the next command runs in a new shell and says SessionRestarted.
+// A command's timeout interrupts its foreground processes (SIGINT): the
+// result says TimedOut with Signal 2 and no exit code. If they outlive the
+// interrupt for a grace period, the shell is killed: the result then says
+// TimedOut, Signal 9 and SessionLost, and the next command runs in a new
+// shell and says SessionRestarted.
 type Session struct {
 	sb *Sandbox
 	// Name is the session's name in its sandbox.

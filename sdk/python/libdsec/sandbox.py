@@ -784,9 +784,11 @@ class Session:
     FailedPreconditionError), and several sessions of a sandbox run
     concurrently.
 
-    A command's timeout interrupts its foreground processes, then after a
-    grace period kills the shell: the result says ``session_lost``, and the
-    next command runs in a new shell and says ``session_restarted``.
+    A command's timeout interrupts its foreground processes (SIGINT): the
+    result says ``timed_out`` with ``signal`` 2 and no exit code. If they
+    outlive the interrupt for a grace period the shell is killed: the result
+    says ``timed_out``, ``signal`` 9 and ``session_lost``, and the next
+    command runs in a new shell and says ``session_restarted``.
 
     Attributes:
         sandbox: the sandbox.
