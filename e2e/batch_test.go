@@ -39,14 +39,21 @@ func TestRunCountPartialFailure(t *testing.T) {
 		t.Errorf("after a partly failed batch, dsec ps -q = %q, want nothing left", left)
 	}
 
-	// Placement sees the deleted sandboxes go at the watcher's next poll
-	// (every 2 s): until then it refuses the whole batch, leaving nothing.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		out, errOut, code = p.CLI(t, "", append([]string{"run", "--keep-partial"}, run[1:]...)...)
-		if out != "" || !strings.Contains(errOut, "created 0 of 5") || time.Now().After(deadline) {
-			break
-		}
+	// With an idempotency key, a retry of the batch gets the deleted
+	// sandboxes back: dsec says so, and still leaves nothing.
+	keyed := append([]string{"run", "--idempotency-key", "partial-1"}, run[1:]...)
+	if _, errOut, _ := runWhenRoom(t, p, keyed); !strings.Contains(errOut, "created 3 of 5") {
+		t.Errorf("dsec %s = %q, want 3 of 5 created (and deleted)", strings.Join(keyed, " "), errOut)
 	}
+	out, errOut, code = p.CLI(t, "", keyed...)
+	if code != 125 || out != "" || !strings.Contains(errOut, "× made by an earlier run with this --idempotency-key and deleted since: retry with a new key") {
+		t.Errorf("dsec %s, twice = %q, %q, exit %d; want no IDs, exit 125, and the deleted ones named once", strings.Join(keyed, " "), out, errOut, code)
+	}
+	if left := psIDs(t, p); len(left) != 0 {
+		t.Errorf("after a retried batch, dsec ps -q = %q, want nothing left", left)
+	}
+
+	out, errOut, code = runWhenRoom(t, p, append([]string{"run", "--keep-partial"}, run[1:]...))
 	made := strings.Fields(out)
 	slices.Sort(made)
 	if code != 125 || len(made) != fit || !strings.Contains(errOut, "created 3 of 5 sandboxes; 2 failed:") {
@@ -57,6 +64,19 @@ func TestRunCountPartialFailure(t *testing.T) {
 	}
 	if _, errOut, code := p.CLI(t, "", "rm", "-l", "job=partial"); code != 0 {
 		t.Errorf("dsec rm -l job=partial = exit %d: %s", code, errOut)
+	}
+}
+
+// runWhenRoom runs the CLI with args, again while it created none of its
+// batch: placement sees deleted sandboxes go at the watcher's next poll
+// (every 2 s), and refuses the whole batch until then, leaving nothing.
+func runWhenRoom(t *testing.T, p *platform, args []string) (stdout, stderr string, code int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		stdout, stderr, code = p.CLI(t, "", args...)
+		if stdout != "" || !strings.Contains(stderr, "created 0 of") || time.Now().After(deadline) {
+			return stdout, stderr, code
+		}
 	}
 }
 

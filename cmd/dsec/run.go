@@ -194,11 +194,16 @@ func createDetached(ctx context.Context, c *dsec.Client, opts dsec.CreateOptions
 	var made []string
 	var failures []error
 	for _, r := range results {
-		if r.Err != nil {
+		switch {
+		case r.Err != nil:
 			failures = append(failures, r.Err)
-			continue
+		case r.Sandbox.State == dsec.StateDeleted:
+			// The item's idempotency key names a sandbox of an earlier
+			// run, deleted since (a partly failed batch, say).
+			failures = append(failures, errors.New("made by an earlier run with this --idempotency-key and deleted since: retry with a new key"))
+		default:
+			made = append(made, r.Sandbox.ID)
 		}
-		made = append(made, r.Sandbox.ID)
 	}
 	if err == nil && len(failures) == 0 {
 		for _, id := range made {
