@@ -52,6 +52,18 @@ func TestRunCountPartialFailure(t *testing.T) {
 	if left := psIDs(t, p); len(left) != 0 {
 		t.Errorf("after a retried batch, dsec ps -q = %q, want nothing left", left)
 	}
+	// The same for one sandbox.
+	single := []string{"run", "-d", "--idempotency-key", "single-1", "--memory", "256M", "busybox"}
+	var id string
+	for deadline := time.Now().Add(10 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		id, _, _ = p.CLI(t, "", single...) // placement may not see room yet, as above
+	}
+	if _, errOut, code := p.CLI(t, "", "rm", strings.TrimSpace(id)); code != 0 {
+		t.Fatalf("dsec rm %s = exit %d: %s", id, code, errOut)
+	}
+	if out, errOut, code := p.CLI(t, "", single...); code != 125 || out != "" || !strings.Contains(errOut, "earlier run with this --idempotency-key and deleted since") {
+		t.Errorf("dsec %s after its sandbox was deleted = %q, %q, exit %d; want exit 125 saying it was deleted", strings.Join(single, " "), out, errOut, code)
+	}
 
 	out, errOut, code = runWhenRoom(t, p, append([]string{"run", "--keep-partial"}, run[1:]...))
 	made := strings.Fields(out)

@@ -187,6 +187,9 @@ func createDetached(ctx context.Context, c *dsec.Client, opts dsec.CreateOptions
 		if err != nil {
 			return err
 		}
+		if sb.State == dsec.StateDeleted {
+			return fmt.Errorf("sandbox %s was made by an earlier run with this --idempotency-key and deleted since: retry with a new key", sb.ID)
+		}
 		fmt.Fprintln(out, sb.ID)
 		return nil
 	}
