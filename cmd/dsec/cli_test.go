@@ -353,17 +353,33 @@ func TestRunDetachedBatch(t *testing.T) {
 	if code != 125 {
 		t.Errorf("run -d --count 3 with a failed item exits %d, want 125", code)
 	}
-	if got := strings.Fields(out); len(got) != 2 {
-		t.Errorf("run -d --count 3 printed %q, want the 2 IDs created", out)
+	if out != "" {
+		t.Errorf("run -d --count 3 with a failed item printed %q, want no IDs (the created ones are deleted)", out)
 	}
-	if !strings.Contains(errOut, "sandbox 2 of 3") || !strings.Contains(errOut, "the node is full") {
-		t.Errorf("run -d --count 3 stderr = %q, want the failed item named with its reason", errOut)
+	for _, want := range []string{"created 2 of 3 sandboxes; 1 failed", "1 × the node is full (retry after 5s)", "the 2 created were deleted (--keep-partial keeps them)"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("run -d --count 3 stderr = %q, want it to say %q", errOut, want)
+		}
+	}
+	if dels := callsOf[*sandboxv1.DeleteRequest](f); len(dels) != 2 {
+		t.Errorf("run -d --count 3 with a failed item deleted %v, want the 2 created", dels)
 	}
 	batch := callsOf[*sandboxv1.BatchCreateRequest](f)
 	want := &sandboxv1.BatchCreateRequest{Count: 3, Template: &sandboxv1.CreateRequest{Image: "busybox", Labels: map[string]string{"j": "x"},
 		Resources: &sandboxv1.Resources{}, IdempotencyKey: "job-1"}}
 	if len(batch) != 1 || !cmp.Equal(want, batch[0], protocmp.Transform()) {
 		t.Errorf("BatchCreate requests = %v, want [%v]", batch, want)
+	}
+
+	out, errOut, code = dsecRun(t, addr, "", "run", "-d", "--count", "3", "--keep-partial", "busybox")
+	if got := strings.Fields(out); code != 125 || len(got) != 2 {
+		t.Errorf("run -d --count 3 --keep-partial = %q, exit %d; want the 2 IDs created, exit 125", out, code)
+	}
+	if !strings.Contains(errOut, "created 2 of 3 sandboxes; 1 failed") || !strings.Contains(errOut, "kept (--keep-partial)") {
+		t.Errorf("run -d --count 3 --keep-partial stderr = %q, want how many were created and kept", errOut)
+	}
+	if dels := callsOf[*sandboxv1.DeleteRequest](f); len(dels) != 2 {
+		t.Errorf("run -d --count 3 --keep-partial: deletes so far %v, want only the 2 of the first run", dels)
 	}
 
 	out, _, code = dsecRun(t, addr, "", "run", "-d", "busybox")
@@ -715,5 +731,18 @@ func TestUpRefusesBadChunkSizes(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, "--chunk-size") {
 			t.Errorf("dsec up --chunk-size %s = exit %d, %q; want a usage error naming the flag", size, code, errOut)
 		}
+	}
+}
+
+func TestDistinctReasons(t *testing.T) {
+	full := errors.New("node n1 is full")
+	errs := []error{full, errors.New("a"), full, errors.New("b"), errors.New("c"), full, errors.New("c")}
+	got := distinctReasons(errs, 3)
+	if all := distinctReasons(errs, 5); len(all) != 4 {
+		t.Errorf("distinctReasons(5) = %q, want the 4 distinct reasons", all)
+	}
+	want := []string{"3 × node n1 is full", "1 × a", "1 × b", "2 more, for 1 other reason"}
+	if !cmp.Equal(got, want) {
+		t.Errorf("distinctReasons = %q, want %q", got, want)
 	}
 }

@@ -36,6 +36,25 @@ func sandboxPath(s string) (id, p string, ok bool) {
 	return id, p, true
 }
 
+// badSandboxPath explains why s, which looks like ID:/path (a colon before
+// any slash, then an absolute path), is not one: its ID is not a sandbox
+// ID. It returns nil for a valid ID:/path and for what is not meant as one.
+func badSandboxPath(what, s string) error {
+	id, p, found := strings.Cut(s, ":")
+	if !found || strings.Contains(id, "/") || !strings.HasPrefix(p, "/") {
+		return nil
+	}
+	if _, valid := edge.NodeOfID(id); valid {
+		return nil
+	}
+	why := fmt.Sprintf("%q is not a sandbox ID", id)
+	if id == "" {
+		why = "the sandbox ID before the colon is empty"
+	}
+	return usageErrorf("%s %q: %s; IDs look like node1-k2m7xq4tb5za (the node's name, a dash and 12 letters a-z or digits 2-7, at most 63 characters), as dsec ps lists them (a local path with a colon: write ./%s)",
+		what, s, why, s)
+}
+
 func newCpCmd(g *globalFlags) *cobra.Command {
 	var mode, maxSize string
 	cmd := &cobra.Command{
@@ -77,8 +96,16 @@ it is refused, naming the flag, before any of it is written or sent.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			srcID, srcPath, srcRemote := sandboxPath(args[0])
 			dstID, dstPath, dstRemote := sandboxPath(args[1])
-			if srcRemote == dstRemote {
-				return usageErrorf("exactly one of SRC and DST must be ID:/path")
+			for i, what := range []string{"SRC", "DST"} {
+				if err := badSandboxPath(what, args[i]); err != nil {
+					return err
+				}
+			}
+			switch {
+			case srcRemote && dstRemote:
+				return usageErrorf("SRC and DST are both in sandboxes: one must be a local path or - (copy through a local directory)")
+			case !srcRemote && !dstRemote:
+				return usageErrorf("neither SRC nor DST is in a sandbox: one must be ID:/path (a sandbox ID from dsec ps, a colon, a path in it)")
 			}
 			var fileMode os.FileMode
 			if mode != "" {

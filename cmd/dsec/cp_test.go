@@ -99,3 +99,32 @@ func TestCpSparseUpload(t *testing.T) {
 		t.Fatalf("archive entry = %+v, %v; want a sparse x.img of %d bytes", hdr, err, int64(size))
 	}
 }
+
+// TestCpBadID: a side that looks like ID:/path but whose ID is not a
+// sandbox ID is named, with what an ID looks like; an unknown ID is the
+// server's NotFound, naming it.
+func TestCpBadID(t *testing.T) {
+	f := newFakeAPI()
+	addr := startFake(t, f)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cp", "abc:/x", "-"}, `SRC "abc:/x": "abc" is not a sandbox ID; IDs look like node1-`},
+		{[]string{"cp", "node1-SHOUTING1234:/x", dir}, `SRC "node1-SHOUTING1234:/x": "node1-SHOUTING1234" is not a sandbox ID`},
+		{[]string{"cp", "-", ":/x"}, `DST ":/x": the sandbox ID before the colon is empty`},
+		{[]string{"cp", dir, "node1-abc:/workspace"}, `DST "node1-abc:/workspace": "node1-abc" is not a sandbox ID`},
+		{[]string{"cp", dir, "-"}, "neither SRC nor DST is in a sandbox"},
+		{[]string{"cp", sbID + ":/a", sbID + ":/b"}, "SRC and DST are both in sandboxes"},
+		{[]string{"fs", "ls", "abc:/x"}, `argument "abc:/x": "abc" is not a sandbox ID`},
+	} {
+		_, errOut, code := dsecRun(t, addr, "", tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("dsec %s = exit %d, %q; want exit 2 saying %q", strings.Join(tc.args, " "), code, errOut, tc.want)
+		}
+	}
+	if calls := len(callsOf[*sandboxv1.ReadFileRequest](f)) + len(callsOf[*sandboxv1.UploadTarHeader](f)); calls != 0 {
+		t.Errorf("bad IDs reached the server %d times", calls)
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -92,9 +91,7 @@ is stripped) or empty (no solution: every problem should fail).`,
 			results, sum := r.Run(cmd.Context(), problems)
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"file": args[0], "solution": sol, "concurrency": concurrency, "summary": sum, "results": results})
+				return writeEvalJSON(out, args[0], sol, concurrency, results, sum)
 			}
 			fmt.Fprintf(out, "%s (%s solutions): %d/%d passed\n", args[0], sol, sum.Passed, sum.Total)
 			if len(sum.ByStatus) > 0 {
@@ -138,6 +135,6 @@ is stripped) or empty (no solution: every problem should fail).`,
 	f.StringVar(&language, "language", "python", "run_code language of the programs")
 	f.Float64Var(&runTimeout, "run-timeout", 10, "seconds each program may run")
 	f.IntVar(&limit, "limit", 0, "run only the first N problems (0: all)")
-	f.StringVarP(&output, "output", "o", "", "json: print every problem's result and the summary as JSON")
+	f.StringVarP(&output, "output", "o", "", "json: print every problem's result and the summary as JSON (snake_case names, durations such as \"1.500s\")")
 	return cmd
 }

@@ -29,6 +29,9 @@ files and trees in and out, use dsec cp.`,
 
 // remoteArg parses an ID:/path argument.
 func remoteArg(s string) (id, p string, err error) {
+	if err := badSandboxPath("argument", s); err != nil {
+		return "", "", err
+	}
 	id, p, ok := sandboxPath(s)
 	if !ok || p == "" {
 		return "", "", usageErrorf("%q: want ID:/path (a sandbox ID, a colon, a path in it)", s)

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
@@ -63,6 +67,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	var (
 		cf             createFlags
 		detach, keep   bool
+		keepPartial    bool
 		stdinF, tty    bool
 		count          int
 		idempotencyKey string
@@ -73,8 +78,12 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		Long: `Create a sandbox from IMAGE.
 
 With -d, print the new sandbox's ID and return; with --count N, create N
-sandboxes in one batch and print their IDs one per line (items that fail are
-reported on standard error, and dsec then exits 125).
+sandboxes in one batch and print their IDs one per line. When some of the N
+cannot be created (the node is full, say), dsec says on standard error how
+many were created and why the others failed (each reason once), deletes the
+ones it created and exits 125; --keep-partial keeps them instead and prints
+their IDs. (With --idempotency-key, a retry of a batch whose created items
+were deleted returns them as deleted: retry with a new key.)
 
 With a command, run it, stream its output, delete the sandbox (unless --keep)
 and exit with the command's exit code (128+N for signal N, 124 on timeout).
@@ -129,7 +138,7 @@ stops waiting for it. Errors of dsec itself exit 125, bad usage 2.`,
 			defer c.Close()
 			ctx := cmd.Context()
 			if detach {
-				return createDetached(ctx, c, opts, count, cmd.OutOrStdout(), cmd.ErrOrStderr())
+				return createDetached(ctx, c, opts, count, keepPartial, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
 			sb, err := c.Create(ctx, opts)
 			if err != nil {
@@ -159,6 +168,7 @@ stops waiting for it. Errors of dsec itself exit 125, bad usage 2.`,
 	f := cmd.Flags()
 	f.BoolVarP(&detach, "detach", "d", false, "create and print the sandbox ID; do not run anything")
 	f.BoolVar(&keep, "keep", false, "keep the sandbox after the command or shell")
+	f.BoolVar(&keepPartial, "keep-partial", false, "with --count, when some sandboxes cannot be created, keep (and print) the ones that were instead of deleting them")
 	f.IntVar(&count, "count", 1, fmt.Sprintf("with -d, create this many sandboxes in one batch (at most %d)", dsec.MaxBatch))
 	f.StringVar(&idempotencyKey, "idempotency-key", "", "retries with the same key and flags return the same sandbox(es) instead of new ones (kept 24h; item i of --count is keyed KEY/i)")
 	f.BoolVarP(&stdinF, "interactive", "i", false, "stream standard input to the command")
@@ -168,33 +178,132 @@ stops waiting for it. Errors of dsec itself exit 125, bad usage 2.`,
 }
 
 // createDetached creates count sandboxes and prints their IDs, one per
-// line; items that fail are reported on errw.
-func createDetached(ctx context.Context, c *dsec.Client, opts dsec.CreateOptions, count int, out, errw io.Writer) error {
+// line. When some fail, it says how many and why on errw (each distinct
+// reason once) and deletes the ones it made, unless keepPartial, in which
+// case their IDs are printed as usual; either way the command fails.
+func createDetached(ctx context.Context, c *dsec.Client, opts dsec.CreateOptions, count int, keepPartial bool, out, errw io.Writer) error {
 	if count == 1 {
 		sb, err := c.Create(ctx, opts)
 		if err != nil {
 			return err
 		}
+		if sb.State == dsec.StateDeleted {
+			return fmt.Errorf("sandbox %s was made by an earlier run with this --idempotency-key and deleted since: retry with a new key", sb.ID)
+		}
 		fmt.Fprintln(out, sb.ID)
 		return nil
 	}
 	results, err := c.BatchCreate(ctx, opts, count)
-	failed := 0
+	var made []string
+	var failures []error
 	for _, r := range results {
-		if r.Err != nil {
-			failed++
-			fmt.Fprintf(errw, "dsec: sandbox %d of %d: %v\n", r.Index+1, count, r.Err)
-			continue
+		switch {
+		case r.Err != nil:
+			failures = append(failures, r.Err)
+		case r.Sandbox.State == dsec.StateDeleted:
+			// The item's idempotency key names a sandbox of an earlier
+			// run, deleted since (a partly failed batch, say).
+			failures = append(failures, errors.New("made by an earlier run with this --idempotency-key and deleted since: retry with a new key"))
+		default:
+			made = append(made, r.Sandbox.ID)
 		}
-		fmt.Fprintln(out, r.Sandbox.ID)
 	}
-	if err != nil {
+	if err == nil && len(failures) == 0 {
+		for _, id := range made {
+			fmt.Fprintln(out, id)
+		}
+		return nil
+	}
+	if err != nil && len(made) == 0 {
 		return err
 	}
-	if failed > 0 {
-		return fmt.Errorf("%d of %d sandboxes were not created", failed, count)
+	failed := count - len(made)
+	fmt.Fprintf(errw, "dsec: created %d of %d sandboxes; %d failed:\n", len(made), count, failed)
+	if err != nil {
+		fmt.Fprintf(errw, "dsec:   %v\n", err)
 	}
-	return nil
+	for _, r := range distinctReasons(failures, 5) {
+		fmt.Fprintf(errw, "dsec:   %s\n", r)
+	}
+	if keepPartial {
+		for _, id := range made {
+			fmt.Fprintln(out, id)
+		}
+		return fmt.Errorf("%d of %d sandboxes were not created; the %d created are kept (--keep-partial) and printed above", failed, count, len(made))
+	}
+	if len(made) == 0 {
+		return fmt.Errorf("none of the %d sandboxes was created", count)
+	}
+	left := deleteAll(ctx, c, made, errw)
+	for _, id := range left {
+		fmt.Fprintln(out, id)
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("%d of %d sandboxes were not created, and %d of the %d created could not be deleted (their IDs are printed above; delete them with dsec rm)",
+			failed, count, len(left), len(made))
+	}
+	return fmt.Errorf("%d of %d sandboxes were not created; the %d created were deleted (--keep-partial keeps them)", failed, count, len(made))
+}
+
+// distinctReasons lists each distinct error of errs once, with how many
+// items it stopped, in order of first appearance; past most, the rest are
+// counted in a last line.
+func distinctReasons(errs []error, most int) []string {
+	var order []string
+	n := map[string]int{}
+	for _, err := range errs {
+		msg := err.Error()
+		if n[msg] == 0 {
+			order = append(order, msg)
+		}
+		n[msg]++
+	}
+	var out []string
+	for i, msg := range order {
+		if i == most {
+			rest := 0
+			for _, m := range order[most:] {
+				rest += n[m]
+			}
+			other := len(order) - most
+			plural := "s"
+			if other == 1 {
+				plural = ""
+			}
+			out = append(out, fmt.Sprintf("%d more, for %d other reason%s", rest, other, plural))
+			break
+		}
+		out = append(out, fmt.Sprintf("%d × %s", n[msg], msg))
+	}
+	return out
+}
+
+// deleteAll deletes the sandboxes ids, a few at a time, even when ctx is
+// canceled (an interrupted cleanup would leave them running), and returns
+// the ones it could not delete, each reported on errw.
+func deleteAll(ctx context.Context, c *dsec.Client, ids []string, errw io.Writer) []string {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		left []string // guarded by mu
+	)
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, id := range ids {
+		g.Go(func() error {
+			if err := c.Delete(dctx, id); err != nil && !errors.Is(err, dsec.ErrNotFound) {
+				mu.Lock()
+				defer mu.Unlock()
+				fmt.Fprintf(errw, "dsec: delete sandbox %s: %v\n", id, err)
+				left = append(left, id)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	slices.Sort(left)
+	return left
 }
 
 func newExecCmd(g *globalFlags) *cobra.Command {

@@ -2,6 +2,7 @@ package dsec
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -26,6 +27,10 @@ type Client struct {
 	images    imagev1connect.ImageServiceClient
 	admin     adminv1connect.AdminServiceClient
 
+	// createRetries and logger are Config's CreateRetries and Logger.
+	createRetries int
+	logger        *slog.Logger
+
 	// ownedHTTP is the HTTP client New made, nil when the caller gave one.
 	ownedHTTP *http.Client
 	closeOnce sync.Once
@@ -47,7 +52,10 @@ func New(cfg Config) (*Client, error) {
 		return nil, newError(ErrInvalidArgument, "the user agent %q contains a line break", cfg.UserAgent)
 	}
 
-	c := &Client{addr: addr}
+	if cfg.CreateRetries < 0 {
+		return nil, newError(ErrInvalidArgument, "CreateRetries is %d: give 0 (no retries) or more", cfg.CreateRetries)
+	}
+	c := &Client{addr: addr, createRetries: cfg.CreateRetries, logger: cfg.Logger}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		c.ownedHTTP = &http.Client{Transport: newTransport(strings.HasPrefix(addr, "https://"))}

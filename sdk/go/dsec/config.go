@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -41,6 +42,17 @@ type Config struct {
 	HTTPClient *http.Client
 	// UserAgent is put before this package's own User-Agent.
 	UserAgent string
+	// CreateRetries is how often Create tries again after a refusal that
+	// waiting can help: ResourceExhausted (after the server's RetryAfter
+	// hint) and, with an IdempotencyKey, Unavailable (after a backoff).
+	// Other kinds, InvalidArgument above all, are never retried. Create
+	// does not start a wait that would end after ctx's deadline: it returns
+	// the server's last error at once. Default 0: the first error is
+	// returned, with its RetryAfter hint, for the caller to act on.
+	CreateRetries int
+	// Logger gets a Debug record for each retry (its attempt, the wait and
+	// the server's message); default slog.Default().
+	Logger *slog.Logger
 
 	// keyHint says why no key was found in the admin key file, when
 	// LoadConfig found one there but could not read it.

@@ -27,8 +27,10 @@
 // ErrInvalidArgument, … (classify it with errors.Is), usually as an *Error
 // that also carries the server's message and its retry hint (RetryAfter, set
 // with ErrResourceExhausted when the platform is full). A canceled context
-// gives context.Canceled. A command that runs and fails is not an error:
-// its ExitStatus says how it ended.
+// gives context.Canceled. Create returns a refusal at once unless
+// Config.CreateRetries asks it to wait the hint and try again (each retry is
+// logged at Debug; waits stop at the context's deadline). A command that
+// runs and fails is not an error: its ExitStatus says how it ended.
 //
 // # Commands
 //

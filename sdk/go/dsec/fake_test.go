@@ -48,7 +48,11 @@ type fake struct {
 	images      map[string]*imagev1.Image
 	execReqs    []*sandboxv1.ExecRequest
 	createReq   *sandboxv1.CreateRequest
-	deleteReq   *sandboxv1.DeleteRequest
+	// createErrs are the answers of the next Creates, one each, before
+	// they succeed again; creates counts the Create calls.
+	createErrs []error
+	creates    int
+	deleteReq  *sandboxv1.DeleteRequest
 	// failWith, when set, is returned by every call.
 	failWith error
 	// exec, when set, plays an exec stream.
@@ -196,6 +200,12 @@ func (f *fake) seen() []seenRequest {
 func (f *fake) Create(_ context.Context, req *connect.Request[sandboxv1.CreateRequest]) (*connect.Response[sandboxv1.CreateResponse], error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.creates++
+	if len(f.createErrs) > 0 {
+		err := f.createErrs[0]
+		f.createErrs = f.createErrs[1:]
+		return nil, err
+	}
 	f.createReq = req.Msg
 	return connect.NewResponse(&sandboxv1.CreateResponse{Sandbox: f.newSandboxLocked(req.Msg)}), nil
 }

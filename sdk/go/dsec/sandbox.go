@@ -115,15 +115,22 @@ type CreateOptions struct {
 	IdempotencyKey string
 }
 
-// Create starts a sandbox and returns it once it runs.
+// Create starts a sandbox and returns it once it runs. With
+// Config.CreateRetries, a refusal that waiting can help is tried again (see
+// there); the error is then the server's last.
 func (c *Client) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
 	req, err := createRequest(opts)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.sandboxes.Create(ctx, connect.NewRequest(req))
+	var resp *connect.Response[sandboxv1.CreateResponse]
+	err = c.retry(ctx, "create", opts.IdempotencyKey != "", func() error {
+		var err error
+		resp, err = c.sandboxes.Create(ctx, connect.NewRequest(req))
+		return c.err(err)
+	})
 	if err != nil {
-		return nil, c.err(err)
+		return nil, err
 	}
 	return c.sandboxFromProto(resp.Msg.GetSandbox()), nil
 }

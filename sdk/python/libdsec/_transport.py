@@ -14,6 +14,7 @@ holding ``{"error": …, "metadata": …}``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import ssl
@@ -24,6 +25,10 @@ from . import _wire, errors
 from ._http import ConnectionFailed, Pool, Response
 
 T = TypeVar("T")
+
+# Each retry is logged here at DEBUG: the attempt, the wait and the server's
+# message (logging.getLogger("libdsec").setLevel(logging.DEBUG) shows them).
+_log = logging.getLogger("libdsec")
 
 _MAX_UNARY = 64 << 20
 
@@ -176,10 +181,12 @@ class Transport:
         return delay
 
     async def call(self, attempt_fn: Callable[[Optional[float]], Awaitable[T]], *, timeout: Optional[float],
-                   safe: bool) -> T:
+                   safe: bool, what: str = "call") -> T:
         """Run attempt_fn(remaining seconds) within timeout, retrying it when
         safe and the error's kind is retryable (ResourceExhausted after its
-        hint, Unavailable with backoff)."""
+        hint, Unavailable with backoff; never InvalidArgument). A wait that
+        would end after the timeout is not started: the server's last error
+        is raised at once. Each retry is logged at DEBUG."""
         self._check()
         deadline = None if timeout is None else _now() + timeout
         attempt = 0
@@ -204,6 +211,8 @@ class Transport:
                 if delay is None:
                     raise
                 attempt += 1
+                _log.debug("%s refused (%s); retry %d of %d in %.3fs: %s", what, type(e).__name__, attempt,
+                           self.max_retries, delay, e)
                 await asyncio.sleep(delay)
 
     # --- unary ------------------------------------------------------------
@@ -232,7 +241,7 @@ class Transport:
             finally:
                 self._unslot()
 
-        return await self.call(attempt, timeout=timeout, safe=safe)
+        return await self.call(attempt, timeout=timeout, safe=safe, what=method.rsplit("/", 1)[-1])
 
     # --- streams ----------------------------------------------------------
 

@@ -244,7 +244,11 @@ class DSecClient:
             Process, a watch) holds a place until it ends.
         max_retries: how often calls that are safe to repeat are retried
             after ResourceExhausted (waiting the server's hint) or
-            Unavailable (backing off from 0.25 s).
+            Unavailable (backing off from 0.25 s); never after other
+            errors, InvalidArgument above all. A wait that would end after
+            the call's timeout is not started: the server's last error is
+            raised at once. Each retry is logged at DEBUG on the "libdsec"
+            logger (attempt, wait, the server's message).
         stream_idle_timeout: seconds without a byte on a stream (the server
             sends keepalives every 10 s) after which it is taken for dead.
         max_idle_connections: idle connections kept for reuse.
@@ -372,7 +376,7 @@ class DSecClient:
         # retried; Unavailable only with an idempotency key.
         keyed = bool(req.get("idempotencyKey"))
         resp = await t.call(lambda remaining: self._create_once(t, req, remaining, keyed),
-                            timeout=timeout, safe=True)
+                            timeout=timeout, safe=True, what="create")
         return Sandbox._from_json(self, resp.get("sandbox") or {})
 
     async def _create_once(self, t: Transport, req: Dict[str, Any], remaining: Optional[float],

@@ -118,6 +118,37 @@ class RetryTest(FakeTestCase):
         self.assertEqual(cm.exception.retry_after, 5.0)
         self.assertEqual(len(srv.requests), 1)
 
+    async def test_create_retries_log_and_stop_at_the_deadline(self):
+        def handle(path, headers, body):
+            return unary_error(429, "resource_exhausted", "no node has room for 64 MiB", retry_after=0.15)
+
+        srv = self.serve(handle)
+        c = self.client(srv, max_retries=100)
+        t0 = time.monotonic()
+        with self.assertLogs("libdsec", level="DEBUG") as logs:
+            with self.assertRaises(libdsec.ResourceExhaustedError) as cm:
+                await c.create("busybox", timeout=0.8)
+        self.assertLess(time.monotonic() - t0, 0.8, "waited for a retry past the deadline")
+        self.assertIn("no node has room for 64 MiB", str(cm.exception))
+        n = len(srv.requests)
+        self.assertTrue(3 <= n <= 6, "%d creates within 0.8s of 0.15s hints" % n)
+        self.assertEqual(len(logs.records), n - 1, "want one debug line per retry: %s" % logs.output)
+        for i, r in enumerate(logs.records):
+            self.assertEqual(r.levelname, "DEBUG")
+            msg = r.getMessage()
+            self.assertIn("create refused", msg)
+            self.assertIn("retry %d of 100" % (i + 1), msg)
+            self.assertIn("no node has room for 64 MiB", msg)
+
+    async def test_invalid_argument_never_retried(self):
+        def handle(path, headers, body):
+            return unary_error(400, "invalid_argument", "memory 1 TiB is more than the largest node's 24 GiB")
+
+        srv = self.serve(handle)
+        with self.assertRaises(libdsec.InvalidArgumentError):
+            await self.client(srv).create("busybox", memory="1T")
+        self.assertEqual(len(srv.requests), 1)
+
     async def test_max_retries_zero(self):
         def handle(path, headers, body):
             return unary_error(429, "resource_exhausted", "full", retry_after=0.01)
