@@ -304,8 +304,9 @@ type poller interface {
 
 // refresh polls the nodes again when their reports (taken at reported,
 // the oldest of the last polls) may predate a create or delete through
-// this apiserver, and reports whether it did; a poll in progress is waited
-// for instead, and polls are at least refreshEvery apart (a refused create
+// this apiserver, and reports whether the view is now newer than reported
+// (this call or another polled since); a poll in progress is waited for
+// instead, and polls are at least refreshEvery apart (a refused create
 // waits that long at most). A refused create
 // calls it: a report that counts a deleted sandbox, or a finished create
 // twice (once reported, once recent), would refuse it wrongly.
@@ -317,8 +318,8 @@ func (l *projectLedger) refresh(ctx context.Context, p poller, reported time.Tim
 	polled, changed := l.polled, l.changed
 	l.mu.Unlock()
 	switch {
-	case polled.After(start):
-		return true // polled by another create while this one waited
+	case polled.After(start) || polled.After(reported):
+		return true // polled by another create since the caller's view was taken
 	case reported.After(changed) || polled.After(changed):
 		return false // the reports are newer than anything this apiserver did
 	}

@@ -49,7 +49,8 @@ type Watcher struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	nodes map[string]NodeState
+	nodes   map[string]NodeState
+	applied time.Time // when the poll that made nodes started
 }
 
 // New starts a watcher; it polls once before returning.
@@ -89,8 +90,11 @@ func (w *Watcher) loop() {
 	}
 }
 
-// Poll refreshes the view of every registered node now.
+// Poll refreshes the view of every registered node now. Polls may overlap
+// (the loop's and a refused create's): the view is the one of the poll
+// that started last, never an older one that ended later.
 func (w *Watcher) Poll(ctx context.Context) {
+	start := time.Now()
 	nodes, err := w.cfg.Nodes.ListNodes(ctx)
 	if err != nil {
 		w.cfg.Logger.Warn("list nodes", "err", err)
@@ -122,8 +126,11 @@ func (w *Watcher) Poll(ctx context.Context) {
 	}
 	wg.Wait()
 	w.mu.Lock()
-	w.nodes = next
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	if start.Before(w.applied) {
+		return
+	}
+	w.nodes, w.applied = next, start
 }
 
 // Nodes returns the latest view, sorted by name.
