@@ -48,6 +48,30 @@ func TestFusion(t *testing.T) {
 	t.Run("Acceptance", func(t *testing.T) { testFusionAcceptance(t, p, f) })
 	t.Run("StartUp", func(t *testing.T) { testFusionStartUp(t, p) })
 	t.Run("Burst", func(t *testing.T) { testFusionBurst(t, p, f) })
+	// Nothing above needs more than a few GiB of the node's limits at once:
+	// no call and no pool refill may have been turned away for room (the
+	// wait was 5 s a time, and HumanEval's p99 showed it).
+	if log := p.Log(); strings.Contains(log, "room") || strings.Contains(log, "short of memory") {
+		var lines []string
+		for line := range strings.Lines(log) {
+			if strings.Contains(line, "room") || strings.Contains(line, "short of memory") {
+				lines = append(lines, strings.TrimSpace(line))
+			}
+		}
+		t.Errorf("the node refused sandboxes for room during the calls:\n%s\nnode now: %s", strings.Join(lines, "\n"), nodeLoad(t, p))
+	}
+}
+
+// nodeLoad is what /metrics says of the node's memory and sandboxes.
+func nodeLoad(t *testing.T, p *platform) string {
+	var out []string
+	for k, v := range scrapeAll(t, p) {
+		if strings.HasPrefix(k, "dsec_node_memory") || strings.HasPrefix(k, "dsec_sandboxes{") && v != 0 {
+			out = append(out, fmt.Sprintf("%s %g", k, v))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
 }
 
 // testFusionBurst runs calls at concurrency 4, as an RL reward loop does:
@@ -85,7 +109,7 @@ func testFusionBurst(t *testing.T, p *platform, f *fusionClient) {
 	}
 	wg.Wait()
 	if len(slow) > 0 {
-		t.Errorf("%d of %d calls at concurrency %d took more than 4.5 s (%v): they waited for room", len(slow), calls, conc, slow)
+		t.Errorf("%d of %d calls at concurrency %d took more than 4.5 s (%v): they waited for room; node: %s", len(slow), calls, conc, slow, nodeLoad(t, p))
 	}
 	after := scrapeAll(t, p)
 	key := `dsec_sandboxfusion_calls_total{language="bash",status="Success"}`

@@ -337,6 +337,7 @@ func (s *Server) sandbox(ctx context.Context, key poolKey) (*dsec.Sandbox, error
 		if time.Now().Add(wait).After(deadline) {
 			return nil, err
 		}
+		s.log.Info("sandboxfusion: a call waits for a sandbox", "image", key.image, "wait", wait, "err", err)
 		select {
 		case <-ctx.Done():
 			return nil, err
