@@ -49,9 +49,10 @@ type Report struct {
 	// LoadBefore and LoadAfter are /proc/loadavg's three averages.
 	LoadBefore []string `json:"load_before"`
 	LoadAfter  []string `json:"load_after"`
-	Version    string   `json:"dsec_version"`
-	N          int      `json:"n"`
-	Warmup     int      `json:"warmup"`
+	// Version is the timed CLI's (dsec --version).
+	Version string `json:"dsec_version"`
+	N       int    `json:"n"`
+	Warmup  int    `json:"warmup"`
 	// Rows: the CLI's exec, the SDK's warm exec, the CLI's start-up, the
 	// SDK's exec on a new client.
 	Rows []harness.Summary `json:"rows"`
@@ -73,6 +74,8 @@ func main() {
 	bin := flag.String("bin", os.Getenv("DSEC_BIN"), "static dsec binary (default $DSEC_BIN)")
 	n := flag.Int("n", 100, "measured iterations")
 	warmup := flag.Int("warmup", 10, "unmeasured iterations before them")
+	cliBin := flag.String("cli", "", "binary whose CLI is timed (default: -bin)")
+	base := flag.String("base", "", "also time this binary's CLI in the same turns (rows marked \"base\"), e.g. a build before a change")
 	jsonOut := flag.String("json", "", "also write the JSON here")
 	keep := flag.Bool("keep", false, "keep the temporary directory (logs, state) for a post-mortem")
 	flag.Parse()
@@ -89,7 +92,10 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := run(ctx, *bin, *n, *warmup, *keep)
+	if *cliBin == "" {
+		*cliBin = *bin
+	}
+	rep, err := run(ctx, *bin, *cliBin, *base, *n, *warmup, *keep)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -103,7 +109,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, bin string, n, warmup int, keep bool) (rep *Report, err error) {
+func run(ctx context.Context, bin, cliBin, base string, n, warmup int, keep bool) (rep *Report, err error) {
 	dir, err := os.MkdirTemp("", "dsec-bench-cli-")
 	if err != nil {
 		return nil, err
@@ -155,7 +161,7 @@ func run(ctx context.Context, bin string, n, warmup int, keep bool) (rep *Report
 	// environment and the state dir's admin.key.
 	env := append(os.Environ(), "DSEC_ADDR=http://"+up.Addr, "DSEC_STATE_DIR="+up.StateDir(),
 		"DSEC_API_KEY=", "HOME="+up.StateDir())
-	cli := func(args ...string) func(context.Context) (time.Duration, error) {
+	cli := func(bin string, args ...string) func(context.Context) (time.Duration, error) {
 		return func(ctx context.Context) (time.Duration, error) {
 			cmd := exec.CommandContext(ctx, bin, args...)
 			cmd.Env = env
@@ -197,18 +203,19 @@ func run(ctx context.Context, bin string, n, warmup int, keep bool) (rep *Report
 		}
 		return time.Since(t0), nil
 	}
-	ops := []struct {
-		name string
-		op   func(context.Context) (time.Duration, error)
-	}{
-		{rowCLI, cli("exec", sb.ID, "--", "true")},
+	ops := []timed{
+		{rowCLI, cli(cliBin, "exec", sb.ID, "--", "true")},
 		{rowSDK, sdkExec(sb)},
-		{rowStart, cli("--version")},
+		{rowStart, cli(cliBin, "--version")},
 		{rowSDKCold, cold},
+	}
+	if base != "" {
+		ops = append(ops, timed{rowCLI + " (base)", cli(base, "exec", sb.ID, "--", "true")},
+			timed{rowStart + " (base)", cli(base, "--version")})
 	}
 	rep = &Report{Date: time.Now().UTC(), N: n, Warmup: warmup, Target: Target, LoadBefore: loadavg()}
 	rep.CPUs = runtime.NumCPU()
-	if out, err := exec.Command(bin, "--version").Output(); err == nil {
+	if out, err := exec.Command(cliBin, "--version").Output(); err == nil {
 		rep.Version = strings.TrimSpace(string(out))
 	}
 	log.Printf("%d iterations (after %d unmeasured) of %d operations, taking turns", n, warmup, len(ops))
@@ -237,6 +244,12 @@ func run(ctx context.Context, bin string, n, warmup int, keep bool) (rep *Report
 		rep.Met = rep.Ratio <= Target
 	}
 	return rep, nil
+}
+
+// timed is one operation of a turn.
+type timed struct {
+	name string
+	op   func(context.Context) (time.Duration, error)
 }
 
 func loadavg() []string {
