@@ -6,6 +6,7 @@
 // pattern with counted repetitions such as {0,251} takes a fraction of a
 // millisecond each). A *Regexp declared at package level costs nothing
 // until its first match.
+//
 // A bad pattern panics at its first use, as regexp.MustCompile does at
 // start; the tests of the package that declares it find it there.
 package lazyregexp
