@@ -9,7 +9,7 @@ TAGS    := netgo,osusergo
 # are modules of their own; the server's go.mod points at them with replace.
 MODULES := api sdk/go
 
-.PHONY: help build test test-modules test-root test-all lint fmt gen check-gen fresh-build bench density bench-fusion bench-pack bench-layers bench-lazy clean
+.PHONY: help build test test-modules test-root test-all lint fmt gen check-gen fresh-build bench density bench-fusion bench-pack bench-layers bench-lazy bench-cli clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -86,6 +86,12 @@ LAZY_FLAGS ?=
 
 bench-lazy: build ## lazy vs eager layers from a capped blobserver, 10 images × 5 sandboxes: JSON, table, targets, bin/bench-lazy.png
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/lazy -json bin/bench-lazy.json -png bin/bench-lazy.png $(LAZY_FLAGS)
+
+# Extra flags of bench-cli, e.g. make bench-cli CLI_FLAGS='-n 300'.
+CLI_FLAGS ?=
+
+bench-cli: build ## dsec exec ID -- true (a new CLI process) vs the Go SDK's Exec round trip, taking turns: JSON, table, target
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/cli -json bin/bench-cli.json $(CLI_FLAGS)
 
 .PHONY: lazyspike
 LAZYSPIKE_FLAGS ?=

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/lazyregexp"
 )
 
 // Layer is a read-only EROFS layer, addressed by the digest of its bytes.
@@ -82,7 +82,7 @@ func (r layerRecord) layer() Layer {
 // allows 128 operations per transaction by default.
 const MaxImageLayers = 127
 
-var digestRE = regexp.MustCompile(`^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$`)
+var digestRE = lazyregexp.New(`^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$`)
 
 func validateDigest(d string) error {
 	if !digestRE.MatchString(d) {

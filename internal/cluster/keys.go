@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/dsecproject/dsec/internal/atomicfile"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/lazyregexp"
 	"github.com/dsecproject/dsec/internal/project"
 )
 
@@ -84,7 +84,7 @@ func (r keyRecord) key() Key {
 // MaxKeyLifetime bounds KeySpec.ExpiresIn.
 const MaxKeyLifetime = 100 * 365 * 24 * time.Hour
 
-var projectRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var projectRE = lazyregexp.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 func validateKeySpec(spec KeySpec) error {
 	if spec.ExpiresIn < 0 || spec.ExpiresIn > MaxKeyLifetime {

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/lazyregexp"
 )
 
 // Node is a machine running an edge, as the control plane sees it.
@@ -69,7 +69,7 @@ func (r nodeRecord) node() Node {
 	}
 }
 
-var nodeNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+var nodeNameRE = lazyregexp.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 
 func validateNodeName(name string) error {
 	if len(name) > 253 || !nodeNameRE.MatchString(name) {

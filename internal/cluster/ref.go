@@ -1,10 +1,10 @@
 package cluster
 
 import (
-	"regexp"
 	"strings"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/lazyregexp"
 )
 
 // DefaultTag is the tag of a reference that names none.
@@ -33,8 +33,8 @@ func (r Ref) String() string { return r.Name + ":" + r.Tag }
 const refComponent = `[a-z0-9]+(?:(?:__|[._-])[a-z0-9]+)*`
 
 var (
-	nameRE = regexp.MustCompile(`^(?:` + refComponent + `(?::[0-9]{1,5})?/)?` + refComponent + `(?:/` + refComponent + `)*$`)
-	tagRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	nameRE = lazyregexp.New(`^(?:` + refComponent + `(?::[0-9]{1,5})?/)?` + refComponent + `(?:/` + refComponent + `)*$`)
+	tagRE  = lazyregexp.New(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 )
 
 // ParseRef parses NAME[:TAG]; the tag defaults to DefaultTag. Errors are

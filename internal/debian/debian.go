@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"time"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/lazyregexp"
 )
 
 // Options describe a root file system. Only Packages is required.
@@ -177,8 +177,8 @@ var (
 	// Debian policy 5.6.1: at least two characters, lowercase letters,
 	// digits, '+', '-' and '.', starting with a letter or digit; then an
 	// optional =version (policy 5.6.12).
-	packageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$`)
-	suiteRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
+	packageRE = lazyregexp.New(`^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$`)
+	suiteRE   = lazyregexp.New(`^[a-z0-9][a-z0-9.-]*$`)
 )
 
 // ParsePackages splits a comma-separated list of package names and checks

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/lazyregexp"
 )
 
 // execProc is one running or finished command.
@@ -37,7 +37,7 @@ type execProc struct {
 	rec   ExitRecord
 }
 
-var execIDRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+var execIDRe = lazyregexp.New(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
 
 // sealer is a driver that runs sealed execs (seal_linux.go).
 type sealer interface {

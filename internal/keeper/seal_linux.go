@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/dsecproject/dsec/internal/cgroup"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/lazyregexp"
 	"github.com/dsecproject/dsec/internal/nsexec"
 	"github.com/dsecproject/dsec/internal/rootfs"
 )
@@ -73,7 +73,7 @@ var sealTools struct {
 	applets []string
 }
 
-var appletRe = regexp.MustCompile(`^[a-zA-Z0-9_.\[-]{1,64}$`)
+var appletRe = lazyregexp.New(`^[a-zA-Z0-9_.\[-]{1,64}$`)
 
 func findSealTools() (string, []string, error) {
 	sealTools.mu.Lock()

@@ -42,6 +42,7 @@ var layers = []layer{
 		"internal/caller",
 		"internal/errdefs",
 		"internal/layering",
+		"internal/lazyregexp",
 		"internal/metrics",
 		"internal/project",
 		"internal/reqlimit",

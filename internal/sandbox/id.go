@@ -2,15 +2,16 @@ package sandbox
 
 import (
 	"crypto/rand"
-	"regexp"
 	"strings"
+
+	"github.com/dsecproject/dsec/internal/lazyregexp"
 )
 
 // A sandbox ID is the name of the node that owns it, a dash and 12 random
 // base32 characters: lowercase, a DNS label, at most 53 characters
 // (CONTRACT.md). Any apiserver routes a request by the node it names.
 
-var nodeNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
+var nodeNameRe = lazyregexp.New(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
 
 // ValidNodeName reports whether s can name a node.
 func ValidNodeName(s string) bool { return nodeNameRe.MatchString(s) }
