@@ -185,7 +185,9 @@ func (p *sandboxProxy) Create(ctx context.Context, req *connect.Request[sandboxv
 }
 
 // place places an admitted sandbox (admission.go): on the least loaded of
-// k random nodes that can take it, trying the next on a refusal; a request
+// k random nodes that can take it, trying the next on a refusal. When none
+// has room it is ResourceExhausted with a retry hint, unless none could
+// ever take it (InvalidArgument: waiting cannot help). A request
 // with an idempotency key always goes to the same node (rendezvous hashing
 // of the key), which keeps the key's record, so that a retry finds the
 // sandbox it made.
@@ -214,6 +216,12 @@ func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sand
 		}
 		if healthy == 0 {
 			return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrUnavailable, "no healthy node (%d registered): start one with `dsec up` or `dsec edge`", len(nodes)), 2*time.Second)
+		}
+		if l := placement.LargestFit(nodes, backend); l.Known && l.Nodes > 0 && mem > l.MemoryBytes {
+			// No delete makes room for it: say so now, with no retry hint.
+			return nil, errdefs.Newf(errdefs.ErrInvalidArgument,
+				"memory %s is more than any node can ever give a %s sandbox, %s (node %s): ask for at most that (--memory)",
+				formatBytes(mem), backend, formatBytes(l.MemoryBytes), l.Node)
 		}
 		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted, "no node has room for a %s sandbox with %d MiB (%d healthy nodes): retry later or ask for less memory", backend, mem>>20, healthy), 5*time.Second)
 	}

@@ -140,6 +140,7 @@ type tenancyServer struct {
 	edge  *countingEdge
 	addr  string
 	blobs string // the layer store's directory
+	w     *watcher.Watcher
 }
 
 func newTenancyServer(t *testing.T, delay time.Duration) *tenancyServer {
@@ -209,7 +210,7 @@ func newTenancyServerLog(t *testing.T, delay time.Duration, apiLog *slog.Logger)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &tenancyServer{admin: c, store: store, edge: fe, addr: addr, blobs: filepath.Join(dir, "blobs")}
+	return &tenancyServer{admin: c, store: store, edge: fe, addr: addr, blobs: filepath.Join(dir, "blobs"), w: w}
 }
 
 // client returns a client with a new key of project.

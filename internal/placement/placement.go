@@ -27,6 +27,9 @@ type Node struct {
 	MemoryCommitted  int64
 	Sandboxes        int64
 	Healthy          bool
+	// MemoryBytes is the node's memory for sandboxes: no one sandbox can
+	// have more (0: unknown).
+	MemoryBytes int64
 	// ReportedAt is when the load above was asked for: the report holds
 	// every sandbox placed before it. Zero if unknown (then a placement
 	// counts for the whole RecentWindow).

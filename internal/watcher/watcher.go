@@ -159,6 +159,7 @@ func (w *Watcher) Placement() []placement.Node {
 			pn.Backends = s.Status.Backends
 			pn.MemoryAdmissible = s.Status.MemoryAdmissibleBytes
 			pn.MemoryCommitted = s.Status.MemoryCommittedBytes
+			pn.MemoryBytes = s.Status.MemoryBytes
 			pn.Sandboxes = s.Status.Sandboxes
 		}
 		out = append(out, pn)

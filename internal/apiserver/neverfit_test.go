@@ -1,0 +1,77 @@
+package apiserver
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsecproject/dsec/sdk/go/dsec"
+)
+
+// TestCreateNeverFits: a create no node could ever admit, however many
+// sandboxes are deleted, is InvalidArgument at once, naming the largest
+// any node admits, with no retry hint and nothing sent to a node; one
+// that fits once sandboxes are deleted is ResourceExhausted with a hint.
+func TestCreateNeverFits(t *testing.T) {
+	ts := newTenancyServer(t, 0)
+	ts.edge.mu.Lock()
+	ts.edge.admissible = 64 << 30
+	ts.edge.mu.Unlock()
+	ctx := t.Context()
+	ts.w.Poll(ctx)
+	create := func(mem int64) error {
+		_, err := ts.admin.Create(ctx, dsec.CreateOptions{Layers: []string{digestOf([]byte("x"))}, Memory: mem})
+		return err
+	}
+	start := time.Now()
+	err := create(1 << 40)
+	var de *dsec.Error
+	if !errors.Is(err, dsec.ErrInvalidArgument) || !errors.As(err, &de) {
+		t.Fatalf("Create(1 TiB) on a node admitting 64 GiB = %v, want InvalidArgument", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Create(1 TiB) took %s, want it at once", took)
+	}
+	if de.RetryAfter != 0 {
+		t.Errorf("Create(1 TiB) = %v, want no retry hint", err)
+	}
+	for _, want := range []string{"memory 1 TiB", "64 GiB", "node n1", "--memory"} {
+		if !strings.Contains(de.Message, want) {
+			t.Errorf("Create(1 TiB) = %q, want it to say %q", de.Message, want)
+		}
+	}
+	ts.edge.mu.Lock()
+	sent := len(ts.edge.creates)
+	ts.edge.mu.Unlock()
+	if sent != 0 {
+		t.Errorf("Create(1 TiB) reached the node %d times, want none", sent)
+	}
+
+	// 60 GiB placed, 8 GiB more fits once it is deleted: wait and retry.
+	if err := create(60 << 30); err != nil {
+		t.Fatalf("Create(60 GiB of 64) = %v", err)
+	}
+	ts.w.Poll(ctx)
+	err = create(8 << 30)
+	if !errors.Is(err, dsec.ErrResourceExhausted) || !errors.As(err, &de) || de.RetryAfter <= 0 {
+		t.Errorf("Create(8 GiB) with 4 GiB free of 64 = %v, want ResourceExhausted with a retry hint", err)
+	}
+}
+
+// TestCreateAboveProjectMemoryLimit: a sandbox above its project's memory
+// limit on its own can never be admitted: InvalidArgument, no hint.
+func TestCreateAboveProjectMemoryLimit(t *testing.T) {
+	ts := newTenancyServer(t, 0)
+	ctx := t.Context()
+	if _, err := ts.admin.SetProjectLimits(ctx, "small", dsec.LimitsUpdate{MemoryBytes: ptr[int64](2 << 30)}); err != nil {
+		t.Fatal(err)
+	}
+	c := ts.client(t, "small", dsec.KeyOptions{})
+	_, err := c.Create(ctx, dsec.CreateOptions{Layers: []string{digestOf([]byte("x"))}, Memory: 4 << 30})
+	var de *dsec.Error
+	if !errors.Is(err, dsec.ErrInvalidArgument) || !errors.As(err, &de) || de.RetryAfter != 0 ||
+		!strings.Contains(de.Message, "project small") || !strings.Contains(de.Message, "2 GiB") {
+		t.Errorf("Create(4 GiB) in a project limited to 2 GiB = %v, want InvalidArgument naming the project and its 2 GiB, no retry hint", err)
+	}
+}
