@@ -3,11 +3,14 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dsecproject/dsec/internal/testenv"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -60,6 +63,16 @@ func TestNeverFits(t *testing.T) {
 			t.Logf("Create(%s): %s", tc.name, de.Message)
 		})
 	}
+
+	t.Run("python", func(t *testing.T) {
+		python := requirePython(t)
+		cmd := exec.CommandContext(ctxT(t), python, "-m", "unittest", "-v", "test_neverfit")
+		cmd.Dir = filepath.Join(testenv.ModuleRoot(), "sdk", "python", "tests")
+		cmd.Env = pythonEnv(t, p)
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "Ran 3 tests") {
+			t.Errorf("python -m unittest test_neverfit: %v\n%s", err, out)
+		}
+	})
 
 	t.Run("cpus clamped", func(t *testing.T) {
 		sb, err := c.Create(ctxT(t), dsec.CreateOptions{Image: "busybox", CPUs: 64})
