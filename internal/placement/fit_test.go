@@ -34,3 +34,19 @@ func TestLargestFit(t *testing.T) {
 		}
 	}
 }
+
+// TestOrderSkipsNodesTooSmall: a node whose memory for sandboxes is below
+// the request is never tried, however much its overcommit admits.
+func TestOrderSkipsNodesTooSmall(t *testing.T) {
+	c := []string{"container"}
+	nodes := []Node{
+		{Name: "small", Backends: c, Healthy: true, MemoryAdmissible: 96 << 30, MemoryBytes: 24 << 30},
+		{Name: "big", Backends: c, Healthy: true, MemoryAdmissible: 64 << 30, MemoryBytes: 64 << 30},
+	}
+	p := New(Config{})
+	for range 20 {
+		if got := p.Order(nodes, Request{Backend: "container", MemoryBytes: 30 << 30}); !cmp.Equal(got, []string{"big"}) {
+			t.Fatalf("Order(30 GiB) = %q, want only big (small has 24 GiB for sandboxes)", got)
+		}
+	}
+}

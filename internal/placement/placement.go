@@ -90,6 +90,9 @@ func (p *Placer) Order(nodes []Node, req Request) []string {
 		if !n.Healthy || !slices.Contains(n.Backends, req.Backend) {
 			continue
 		}
+		if n.MemoryBytes > 0 && req.MemoryBytes > n.MemoryBytes {
+			continue // more than the node ever gives one sandbox
+		}
 		extra := p.recentMem(n.Name, n.ReportedAt, now)
 		free := n.MemoryAdmissible - n.MemoryCommitted - extra
 		if free < req.MemoryBytes {
