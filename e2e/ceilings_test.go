@@ -53,7 +53,7 @@ func TestHostCeilingFlags(t *testing.T) {
 	}
 	// The reserve keeps the whole file system: no disk can ever fit.
 	var de *dsec.Error
-	if !errors.Is(err, dsec.ErrInvalidArgument) || !errors.As(err, &de) || !strings.Contains(de.Message, "disk 64 MiB") || !strings.Contains(de.Message, "can ever hold for a sandbox, 0 B") {
+	if !errors.Is(err, dsec.ErrInvalidArgument) || !errors.As(err, &de) || !strings.Contains(de.Message, "disk 64 MiB is more than node e2e can ever give a sandbox: the most is 0 B") {
 		t.Errorf("Create with --disk-reserve 100T = %v, want InvalidArgument naming disk that can never hold more than 0 B", err)
 	}
 

@@ -220,7 +220,7 @@ func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sand
 		if l := placement.LargestFit(nodes, backend); l.Known && l.Nodes > 0 && mem > l.MemoryBytes {
 			// No delete makes room for it: say so now, with no retry hint.
 			return nil, errdefs.Newf(errdefs.ErrInvalidArgument,
-				"memory %s is more than any node can ever give a %s sandbox, %s (node %s): ask for at most that (--memory)",
+				"memory %s is more than any node can ever give a %s sandbox: the most is %s, on node %s; ask for at most that (--memory)",
 				formatBytes(mem), backend, formatBytes(l.MemoryBytes), l.Node)
 		}
 		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted, "no node has room for a %s sandbox with %d MiB (%d healthy nodes): retry later or ask for less memory", backend, mem>>20, healthy), 5*time.Second)

@@ -36,7 +36,7 @@ func TestCreateNeverFits(t *testing.T) {
 	if de.RetryAfter != 0 {
 		t.Errorf("Create(1 TiB) = %v, want no retry hint", err)
 	}
-	for _, want := range []string{"memory 1 TiB", "64 GiB", "node n1", "--memory"} {
+	for _, want := range []string{"memory 1 TiB is more than any node can ever give a container sandbox: the most is 64 GiB, on node n1", "--memory"} {
 		if !strings.Contains(de.Message, want) {
 			t.Errorf("Create(1 TiB) = %q, want it to say %q", de.Message, want)
 		}

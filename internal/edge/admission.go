@@ -55,10 +55,10 @@ func (e *Edge) admitDisk(disk int64) (release func(), err error) {
 		// More than the whole file system holds for sandboxes: no delete
 		// ever makes room for it here.
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument,
-			"disk %s (with %s of exec output) is more than the state dir's file system of node %s can ever hold for a sandbox, %s "+
-				"(its size %s less %s kept for the host): ask for a smaller disk (--disk)",
-			ceiling.FormatBytes(disk), ceiling.FormatBytes(e.cfg.OutputQuota), e.cfg.Node, ceiling.FormatBytes(max(most-e.cfg.OutputQuota, 0)),
-			ceiling.FormatBytes(sp.Size), ceiling.FormatBytes(reserve))
+			"disk %s is more than node %s can ever give a sandbox: the most is %s (its state dir's file system holds %s, "+
+				"less %s kept for the host and %s for the sandbox's exec output); ask for at most that (--disk)",
+			ceiling.FormatBytes(disk), e.cfg.Node, ceiling.FormatBytes(max(most-e.cfg.OutputQuota, 0)),
+			ceiling.FormatBytes(sp.Size), ceiling.FormatBytes(reserve), ceiling.FormatBytes(e.cfg.OutputQuota))
 	}
 	left := max(sp.Free-reserve, 0)
 	if need > left {
@@ -98,17 +98,18 @@ func (e *Edge) admitDisk(disk int64) (release func(), err error) {
 // admitDisk's, which measures the file system.
 func (e *Edge) checkFits(r sandbox.Resources) error {
 	if most := e.mostMemory(); r.MemoryBytes > most {
-		why := "the host's memory less what --host-memory-reserve keeps for the host"
+		why := "the host's memory less what --host-memory-reserve keeps for it"
 		if e.memoryCapacity() < e.cfg.MemoryBytes {
 			why = "its memory for sandboxes × --memory-overcommit " + strconv.FormatFloat(e.cfg.MemoryOvercommit, 'g', -1, 64)
 		}
 		return errdefs.Newf(errdefs.ErrInvalidArgument,
-			"memory %s is more than node %s can ever give a sandbox, %s (%s): ask for at most that (--memory)",
+			"memory %s is more than node %s can ever give a sandbox: the most is %s (%s); ask for at most that (--memory)",
 			ceiling.FormatBytes(r.MemoryBytes), e.cfg.Node, ceiling.FormatBytes(most), why)
 	}
 	if most := e.cfg.PidsCeiling; most > 0 && r.Pids > most {
 		return errdefs.Newf(errdefs.ErrInvalidArgument,
-			"pids %d is more than node %s ever runs in all its sandboxes together, %d (the host's task limit less what --host-pids-reserve keeps for the host): ask for at most that (--pids)",
+			"pids %d is more than node %s can ever give a sandbox: the most is %d, what all its sandboxes together may run "+
+				"(the host's task limit less what --host-pids-reserve keeps for it); ask for at most that (--pids)",
 			r.Pids, e.cfg.Node, most)
 	}
 	return nil

@@ -58,7 +58,7 @@ func TestAdmitDiskNeverFits(t *testing.T) {
 		if _, ok := errdefs.RetryHint(err); ok {
 			t.Errorf("admitDisk(%s) = %v, want no retry hint", ceiling.FormatBytes(disk), err)
 		}
-		for _, want := range []string{"disk " + ceiling.FormatBytes(disk), "256 MiB of exec output", "node n can ever hold for a sandbox, 94.7 GiB", "its size 100 GiB less 5 GiB kept", "--disk"} {
+		for _, want := range []string{"disk " + ceiling.FormatBytes(disk) + " is more than node n can ever give a sandbox: the most is 94.7 GiB", "holds 100 GiB, less 5 GiB kept for the host and 256 MiB for the sandbox's exec output", "--disk"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("admitDisk(%s) = %q, want it to say %q", ceiling.FormatBytes(disk), err, want)
 			}
@@ -82,9 +82,9 @@ func TestCheckFits(t *testing.T) {
 		want []string // nil: fits
 	}{
 		{"at the limits", sandbox.Resources{MemoryBytes: 20 << 30, Pids: 24576}, nil},
-		{"memory 1 TiB", sandbox.Resources{MemoryBytes: 1 << 40, Pids: 1}, []string{"memory 1 TiB", "node n", "20 GiB", "--host-memory-reserve", "--memory"}},
+		{"memory 1 TiB", sandbox.Resources{MemoryBytes: 1 << 40, Pids: 1}, []string{"memory 1 TiB is more than node n can ever give a sandbox: the most is 20 GiB", "--host-memory-reserve", "--memory"}},
 		{"memory above the host's", sandbox.Resources{MemoryBytes: 20<<30 + 1, Pids: 1}, []string{"memory 20.0 GiB", "20 GiB"}},
-		{"pids 10^9", sandbox.Resources{MemoryBytes: 1 << 30, Pids: 1e9}, []string{"pids 1000000000", "node n", "24576", "--host-pids-reserve", "--pids"}},
+		{"pids 10^9", sandbox.Resources{MemoryBytes: 1 << 30, Pids: 1e9}, []string{"pids 1000000000 is more than node n can ever give a sandbox: the most is 24576", "--host-pids-reserve", "--pids"}},
 	}
 	for _, tt := range tests {
 		err := e.checkFits(tt.r)
