@@ -201,11 +201,14 @@ func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sand
 		mem = s.cfg.DefaultMemory
 	}
 	nodes := s.cfg.Watcher.Placement()
+	// Pids and disk left to the nodes' defaults are the nodes' to check.
+	preq := placement.Request{Backend: backend, MemoryBytes: mem,
+		Pids: msg.GetResources().GetPids(), DiskBytes: msg.GetResources().GetDiskBytes()}
 	var order []string
 	if key := msg.GetIdempotencyKey(); key != "" {
 		order = placement.Pinned(nodes, backend, keyFrom(ctx).ID+"/"+key)
 	} else {
-		order = s.cfg.Placer.Order(nodes, placement.Request{Backend: backend, MemoryBytes: mem})
+		order = s.cfg.Placer.Order(nodes, preq)
 	}
 	if len(order) == 0 {
 		healthy := 0
@@ -217,11 +220,9 @@ func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sand
 		if healthy == 0 {
 			return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrUnavailable, "no healthy node (%d registered): start one with `dsec up` or `dsec edge`", len(nodes)), 2*time.Second)
 		}
-		if l := placement.LargestFit(nodes, backend); l.Known && l.Nodes > 0 && mem > l.MemoryBytes {
+		if m, never := placement.Never(nodes, preq); never {
 			// No delete makes room for it: say so now, with no retry hint.
-			return nil, errdefs.Newf(errdefs.ErrInvalidArgument,
-				"memory %s is more than any node can ever give a %s sandbox: the most is %s, on node %s; ask for at most that (--memory)",
-				formatBytes(mem), backend, formatBytes(l.MemoryBytes), l.Node)
+			return nil, neverFits(m, preq)
 		}
 		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted, "no node has room for a %s sandbox with %d MiB (%d healthy nodes): retry later or ask for less memory", backend, mem>>20, healthy), 5*time.Second)
 	}
@@ -250,6 +251,27 @@ func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sand
 		}
 	}
 	return nil, lastErr
+}
+
+// neverFits is the error of a request no node could ever take (m).
+func neverFits(m placement.Misfit, req placement.Request) error {
+	switch m.Resource {
+	case "memory":
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"memory %s is more than any node can ever give a %s sandbox: the most is %s, on node %s; ask for at most that (--memory)",
+			formatBytes(req.MemoryBytes), req.Backend, formatBytes(m.Most), m.Node)
+	case "pids":
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"pids %d is more than any node can ever give a %s sandbox: the most is %d, on node %s; ask for at most that (--pids)",
+			req.Pids, req.Backend, m.Most, m.Node)
+	case "disk":
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"disk %s is more than any node can ever give a %s sandbox: the most is %s, on node %s; ask for at most that (--disk)",
+			formatBytes(req.DiskBytes), req.Backend, formatBytes(m.Most), m.Node)
+	}
+	return errdefs.Newf(errdefs.ErrInvalidArgument,
+		"no node can ever give a %s sandbox memory %s, pids %d and disk %s together (each alone some node gives): ask for less (--memory, --pids, --disk)",
+		req.Backend, formatBytes(req.MemoryBytes), req.Pids, formatBytes(req.DiskBytes))
 }
 
 func (p *sandboxProxy) Get(ctx context.Context, req *connect.Request[sandboxv1.GetRequest]) (*connect.Response[sandboxv1.GetResponse], error) {

@@ -40,8 +40,9 @@ type countingEdge struct {
 	n         int
 	creates   []*sandboxv1.CreateRequest
 	grades    int
-	// admissible is the memory the node admits (0: 1 PiB).
-	admissible int64
+	// admissible is the memory the node admits (0: 1 PiB); pidsMax and
+	// diskMax the most pids and disk it gives one sandbox (0: unreported).
+	admissible, pidsMax, diskMax int64
 }
 
 func (e *countingEdge) Create(_ context.Context, req *connect.Request[sandboxv1.CreateRequest]) (*connect.Response[sandboxv1.CreateResponse], error) {
@@ -106,6 +107,7 @@ func (e *countingEdge) Status(context.Context, *connect.Request[nodev1.StatusReq
 	return connect.NewResponse(&nodev1.StatusResponse{
 		Node: "n1", Backends: []string{"container"}, Sandboxes: int64(len(e.sandboxes)),
 		MemoryAdmissibleBytes: admissible, MemoryCommittedBytes: committed, Projects: projects,
+		PidsMax: e.pidsMax, DiskMaxBytes: e.diskMax,
 	}), nil
 }
 

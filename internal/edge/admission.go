@@ -119,6 +119,17 @@ func (e *Edge) checkFits(r sandbox.Resources) error {
 // with: what all of them may hold, and the memory they share.
 func (e *Edge) mostMemory() int64 { return min(e.memoryCapacity(), e.cfg.MemoryBytes) }
 
+// mostDisk is the largest writable disk one sandbox can ever be admitted
+// with here, as the node reports it to placement (0: the file system
+// cannot be measured).
+func (e *Edge) mostDisk() int64 {
+	sp, err := e.diskSpace()
+	if err != nil {
+		return 0
+	}
+	return max(sp.Size-e.cfg.DiskReserve.Or(ceiling.DiskReserve).Of(sp.Size)-e.cfg.OutputQuota, 0)
+}
+
 // Admission is what a node's admission holds.
 type Admission struct {
 	// MemoryCommitted adds up the memory limits of every sandbox with a

@@ -181,3 +181,20 @@ func TestAdmitDiskStatfsFails(t *testing.T) {
 		t.Errorf("admitDisk with statfs failing = %v, want Internal (never admitted blind)", err)
 	}
 }
+
+// TestMostDisk: what the node reports to placement as the largest disk a
+// sandbox can ever have is what admitDisk admits at most.
+func TestMostDisk(t *testing.T) {
+	e := diskEdge(ceiling.Space{Free: 79 << 30, Size: 100 << 30}, 32)
+	most := e.mostDisk()
+	if want := int64(95<<30 - 256<<20); most != want {
+		t.Fatalf("mostDisk() of 100 GiB = %d, want %d (less the 5 GiB reserve and the output quota)", most, want)
+	}
+	if _, err := e.admitDisk(most + 1); !errdefs.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("admitDisk(mostDisk()+1) = %v, want InvalidArgument", err)
+	}
+	e.diskSpace = func() (ceiling.Space, error) { return ceiling.Space{}, errors.New("statfs: EIO") }
+	if got := e.mostDisk(); got != 0 {
+		t.Errorf("mostDisk() with statfs failing = %d, want 0 (unknown)", got)
+	}
+}

@@ -160,6 +160,7 @@ func (w *Watcher) Placement() []placement.Node {
 			pn.MemoryAdmissible = s.Status.MemoryAdmissibleBytes
 			pn.MemoryCommitted = s.Status.MemoryCommittedBytes
 			pn.MemoryBytes = s.Status.MemoryBytes
+			pn.PidsMax, pn.DiskMaxBytes = s.Status.PidsMax, s.Status.DiskMaxBytes
 			pn.Sandboxes = s.Status.Sandboxes
 		}
 		out = append(out, pn)

@@ -221,7 +221,7 @@ func TestDiskBeyondFreeSpace(t *testing.T) {
 
 	disk := max(int64(10<<40), sp.Size+1<<40)
 	de := create(disk)
-	if !errors.Is(de, dsec.ErrInvalidArgument) || de.RetryAfter != 0 || !strings.Contains(de.Message, "disk ") || !strings.Contains(de.Message, "can ever give a sandbox") {
+	if !errors.Is(de, dsec.ErrInvalidArgument) || de.RetryAfter != 0 || !strings.Contains(de.Message, "disk ") || !strings.Contains(de.Message, "can ever give a") {
 		t.Errorf("Create(disk %s) on a file system of %s = %v, want InvalidArgument naming disk, without a retry hint", ceiling.FormatBytes(disk), ceiling.FormatBytes(sp.Size), de)
 	}
 
