@@ -49,11 +49,12 @@ func TestHostCeilingFlags(t *testing.T) {
 	sb, err := c.Create(ctxT(t), dsec.CreateOptions{Image: "busybox", Disk: 64 << 20})
 	if err == nil {
 		_ = sb.Delete(ctxT(t))
-		t.Fatalf("Create with --disk-reserve 100T = %s, want ResourceExhausted", sb.ID)
+		t.Fatalf("Create with --disk-reserve 100T = %s, want InvalidArgument", sb.ID)
 	}
+	// The reserve keeps the whole file system: no disk can ever fit.
 	var de *dsec.Error
-	if !errors.Is(err, dsec.ErrResourceExhausted) || !errors.As(err, &de) || !strings.Contains(de.Message, "disk: ") || !strings.Contains(de.Message, "0 B left") {
-		t.Errorf("Create with --disk-reserve 100T = %v, want ResourceExhausted naming disk with 0 B left", err)
+	if !errors.Is(err, dsec.ErrInvalidArgument) || !errors.As(err, &de) || !strings.Contains(de.Message, "disk 64 MiB is more than node e2e can ever give a sandbox: the most is 0 B") {
+		t.Errorf("Create with --disk-reserve 100T = %v, want InvalidArgument naming disk that can never hold more than 0 B", err)
 	}
 
 	// A reserve that leaves the sandboxes nothing is refused at start,

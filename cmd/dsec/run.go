@@ -144,6 +144,7 @@ stops waiting for it. Errors of dsec itself exit 125, bad usage 2.`,
 			if err != nil {
 				return err
 			}
+			noteClamped(cmd.ErrOrStderr(), opts, sb)
 			if !keep {
 				defer func() {
 					dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)

@@ -244,13 +244,19 @@ func (l *projectLedger) usedLocked(proj string, nodes []watcher.NodeState, now t
 }
 
 // reserve counts a create of mem bytes for p unless it would exceed p's
-// limits (ResourceExhausted naming the project and the limit).
+// limits (ResourceExhausted naming the project and the limit, or
+// InvalidArgument when mem alone is above it).
 func (l *projectLedger) reserve(p cluster.Project, mem int64, nodes []watcher.NodeState, now time.Time) (func(node string, ok bool), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	u := l.usedLocked(p.Name, nodes, now)
 	lim := p.Limits
 	switch {
+	case lim.MemoryBytes > 0 && mem > lim.MemoryBytes:
+		// Above the limit on its own: no delete makes room for it.
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument,
+			"project %s: a sandbox of %s is above its memory limit of %s for all its sandboxes together: ask for less memory (--memory), or ask an administrator to raise it (`dsec project limits %s --memory SIZE`)",
+			p.Name, formatBytes(mem), formatBytes(lim.MemoryBytes), p.Name)
 	case lim.Sandboxes > 0 && u.sandboxes+1 > lim.Sandboxes:
 		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
 			"project %s has %d live sandboxes, its limit is %d: delete some (`dsec ps`, `dsec rm`) or ask an administrator to raise it (`dsec project limits %s --sandboxes N`)",

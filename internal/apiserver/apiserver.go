@@ -186,7 +186,9 @@ func (p *sandboxProxy) Create(ctx context.Context, req *connect.Request[sandboxv
 }
 
 // place places an admitted sandbox (admission.go): on the least loaded of
-// k random nodes that can take it, trying the next on a refusal; a request
+// k random nodes that can take it, trying the next on a refusal. When none
+// has room it is ResourceExhausted with a retry hint, unless none could
+// ever take it (InvalidArgument: waiting cannot help). A request
 // with an idempotency key always goes to the same node (rendezvous hashing
 // of the key), which keeps the key's record, so that a retry finds the
 // sandbox it made.
@@ -199,7 +201,9 @@ func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sand
 	if mem <= 0 {
 		mem = s.cfg.DefaultMemory
 	}
-	req := placement.Request{Backend: backend, MemoryBytes: mem}
+	// Pids and disk left to the nodes' defaults are the nodes' to check.
+	req := placement.Request{Backend: backend, MemoryBytes: mem,
+		Pids: msg.GetResources().GetPids(), DiskBytes: msg.GetResources().GetDiskBytes()}
 	nodes := s.cfg.Watcher.Placement()
 	var order []string
 	if key := msg.GetIdempotencyKey(); key != "" {
@@ -245,8 +249,9 @@ func (s *Server) place(ctx context.Context, msg *sandboxv1.CreateRequest) (*sand
 }
 
 // noRoom is the error of a create that no node can take now: Unavailable
-// without a healthy node, else ResourceExhausted naming the roomiest node
-// and what it has left.
+// without a healthy node, InvalidArgument when no node could ever take it
+// (no delete makes room: no retry hint), else ResourceExhausted naming the
+// roomiest node and what it has left.
 func (s *Server) noRoom(nodes []placement.Node, req placement.Request) error {
 	healthy := 0
 	var best *placement.Node
@@ -263,10 +268,13 @@ func (s *Server) noRoom(nodes []placement.Node, req placement.Request) error {
 			best, bestFree = &nodes[i], free
 		}
 	}
-	switch {
-	case healthy == 0:
+	if healthy == 0 {
 		return errdefs.RetryAfter(errdefs.Newf(errdefs.ErrUnavailable, "no healthy node (%d registered): start one with `dsec up` or `dsec edge`", len(nodes)), 2*time.Second)
-	case best == nil:
+	}
+	if m, never := placement.Never(nodes, req); never {
+		return neverFits(m, req)
+	}
+	if best == nil {
 		return errdefs.Newf(errdefs.ErrFailedPrecondition, "no healthy node runs the %s backend (%d healthy nodes): ask for another backend or start a node with it", req.Backend, healthy)
 	}
 	return errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
@@ -283,6 +291,27 @@ func oldestReport(nodes []placement.Node) time.Time {
 		}
 	}
 	return t
+}
+
+// neverFits is the error of a request no node could ever take (m).
+func neverFits(m placement.Misfit, req placement.Request) error {
+	switch m.Resource {
+	case "memory":
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"memory %s is more than any node can ever give a %s sandbox: the most is %s, on node %s; ask for at most that (--memory)",
+			formatBytes(req.MemoryBytes), req.Backend, formatBytes(m.Most), m.Node)
+	case "pids":
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"pids %d is more than any node can ever give a %s sandbox: the most is %d, on node %s; ask for at most that (--pids)",
+			req.Pids, req.Backend, m.Most, m.Node)
+	case "disk":
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"disk %s is more than any node can ever give a %s sandbox: the most is %s, on node %s; ask for at most that (--disk)",
+			formatBytes(req.DiskBytes), req.Backend, formatBytes(m.Most), m.Node)
+	}
+	return errdefs.Newf(errdefs.ErrInvalidArgument,
+		"no node can ever give a %s sandbox memory %s, pids %d and disk %s together (each alone some node gives): ask for less (--memory, --pids, --disk)",
+		req.Backend, formatBytes(req.MemoryBytes), req.Pids, formatBytes(req.DiskBytes))
 }
 
 func (p *sandboxProxy) Get(ctx context.Context, req *connect.Request[sandboxv1.GetRequest]) (*connect.Response[sandboxv1.GetResponse], error) {

@@ -40,8 +40,9 @@ type countingEdge struct {
 	n         int
 	creates   []*sandboxv1.CreateRequest
 	grades    int
-	// admissible is the memory the node admits (0: 1 PiB).
-	admissible int64
+	// admissible is the memory the node admits (0: 1 PiB); pidsMax and
+	// diskMax the most pids and disk it gives one sandbox (0: unreported).
+	admissible, pidsMax, diskMax int64
 }
 
 func (e *countingEdge) Create(_ context.Context, req *connect.Request[sandboxv1.CreateRequest]) (*connect.Response[sandboxv1.CreateResponse], error) {
@@ -106,6 +107,7 @@ func (e *countingEdge) Status(context.Context, *connect.Request[nodev1.StatusReq
 	return connect.NewResponse(&nodev1.StatusResponse{
 		Node: "n1", Backends: []string{"container"}, Sandboxes: int64(len(e.sandboxes)),
 		MemoryAdmissibleBytes: admissible, MemoryCommittedBytes: committed, Projects: projects,
+		PidsMax: e.pidsMax, DiskMaxBytes: e.diskMax,
 	}), nil
 }
 
@@ -140,7 +142,7 @@ type tenancyServer struct {
 	edge  *countingEdge
 	addr  string
 	blobs string // the layer store's directory
-	watch *watcher.Watcher
+	w     *watcher.Watcher
 }
 
 // setAdmissible makes the node admit mem bytes in all and the control
@@ -149,7 +151,7 @@ func (s *tenancyServer) setAdmissible(t *testing.T, mem int64) {
 	s.edge.mu.Lock()
 	s.edge.admissible = mem
 	s.edge.mu.Unlock()
-	s.watch.Poll(t.Context())
+	s.w.Poll(t.Context())
 }
 
 func newTenancyServer(t *testing.T, delay time.Duration) *tenancyServer {
@@ -219,7 +221,7 @@ func newTenancyServerLog(t *testing.T, delay time.Duration, apiLog *slog.Logger)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &tenancyServer{admin: c, store: store, edge: fe, addr: addr, blobs: filepath.Join(dir, "blobs"), watch: w}
+	return &tenancyServer{admin: c, store: store, edge: fe, addr: addr, blobs: filepath.Join(dir, "blobs"), w: w}
 }
 
 // client returns a client with a new key of project.

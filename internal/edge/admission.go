@@ -7,6 +7,7 @@ import (
 
 	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // Disk admission. A sandbox's writable disk and its exec output quota live
@@ -40,7 +41,9 @@ const diskRetry = 30 * time.Second
 func (e *Edge) diskNeed(disk int64) int64 { return disk + e.cfg.OutputQuota }
 
 // admitDisk reserves the state dir's space for a sandbox with a writable
-// disk of disk bytes, or refuses it with ResourceExhausted naming disk.
+// disk of disk bytes, or refuses it naming disk: InvalidArgument when the
+// file system could never hold it, ResourceExhausted (with a retry hint)
+// when it could once space is freed.
 func (e *Edge) admitDisk(disk int64) (release func(), err error) {
 	need := e.diskNeed(disk)
 	sp, err := e.diskSpace()
@@ -48,6 +51,15 @@ func (e *Edge) admitDisk(disk int64) (release func(), err error) {
 		return nil, errdefs.Newf(errdefs.ErrInternal, "disk admission: %v", err)
 	}
 	reserve := e.cfg.DiskReserve.Or(ceiling.DiskReserve).Of(sp.Size)
+	if most := sp.Size - reserve; need > most {
+		// More than the whole file system holds for sandboxes: no delete
+		// ever makes room for it here.
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument,
+			"disk %s is more than node %s can ever give a sandbox: the most is %s (its state dir's file system holds %s, "+
+				"less %s kept for the host and %s for the sandbox's exec output); ask for at most that (--disk)",
+			ceiling.FormatBytes(disk), e.cfg.Node, ceiling.FormatBytes(max(most-e.cfg.OutputQuota, 0)),
+			ceiling.FormatBytes(sp.Size), ceiling.FormatBytes(reserve), ceiling.FormatBytes(e.cfg.OutputQuota))
+	}
 	left := max(sp.Free-reserve, 0)
 	if need > left {
 		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
@@ -75,6 +87,47 @@ func (e *Edge) admitDisk(disk int64) (release func(), err error) {
 			e.mu.Unlock()
 		})
 	}, nil
+}
+
+// checkFits refuses, with InvalidArgument, resources this node can never
+// give one sandbox however many others are deleted: memory above what all
+// sandboxes together may hold (the host's memory for sandboxes, and that
+// times the overcommit ratio), pids above the tasks all sandboxes together
+// may run. Waiting cannot help, so there is no retry hint; what only
+// running sandboxes hold back is admit's (ResourceExhausted). Disk is
+// admitDisk's, which measures the file system.
+func (e *Edge) checkFits(r sandbox.Resources) error {
+	if most := e.mostMemory(); r.MemoryBytes > most {
+		why := "the host's memory less what --host-memory-reserve keeps for it"
+		if e.memoryCapacity() < e.cfg.MemoryBytes {
+			why = "its memory for sandboxes × --memory-overcommit " + strconv.FormatFloat(e.cfg.MemoryOvercommit, 'g', -1, 64)
+		}
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"memory %s is more than node %s can ever give a sandbox: the most is %s (%s); ask for at most that (--memory)",
+			ceiling.FormatBytes(r.MemoryBytes), e.cfg.Node, ceiling.FormatBytes(most), why)
+	}
+	if most := e.cfg.PidsCeiling; most > 0 && r.Pids > most {
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"pids %d is more than node %s can ever give a sandbox: the most is %d, what all its sandboxes together may run "+
+				"(the host's task limit less what --host-pids-reserve keeps for it); ask for at most that (--pids)",
+			r.Pids, e.cfg.Node, most)
+	}
+	return nil
+}
+
+// mostMemory is the largest memory limit one sandbox can ever be admitted
+// with: what all of them may hold, and the memory they share.
+func (e *Edge) mostMemory() int64 { return min(e.memoryCapacity(), e.cfg.MemoryBytes) }
+
+// mostDisk is the largest writable disk one sandbox can ever be admitted
+// with here, as the node reports it to placement (0: the file system
+// cannot be measured).
+func (e *Edge) mostDisk() int64 {
+	sp, err := e.diskSpace()
+	if err != nil {
+		return 0
+	}
+	return max(sp.Size-e.cfg.DiskReserve.Or(ceiling.DiskReserve).Of(sp.Size)-e.cfg.OutputQuota, 0)
 }
 
 // Admission is what a node's admission holds.

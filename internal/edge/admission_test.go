@@ -7,6 +7,7 @@ import (
 
 	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // diskEdge is an edge whose state dir's file system is space.
@@ -18,19 +19,20 @@ func diskEdge(space ceiling.Space, overcommit float64) *Edge {
 }
 
 func TestAdmitDiskOneSandbox(t *testing.T) {
-	// 79 GiB free of 100 GiB: 5 GiB (5%) kept, 74 GiB left.
+	// 79 GiB free of 100 GiB: 5 GiB (5%) kept, 74 GiB left now, 95 GiB
+	// at most, once everything else is deleted.
 	e := diskEdge(ceiling.Space{Free: 79 << 30, Size: 100 << 30}, 32)
-	_, err := e.admitDisk(10 << 40)
+	_, err := e.admitDisk(80 << 30)
 	if !errdefs.Is(err, errdefs.ErrResourceExhausted) {
-		t.Fatalf("admitDisk(10 TiB) on 79 GiB free = %v, want ResourceExhausted", err)
+		t.Fatalf("admitDisk(80 GiB) on 79 GiB free of 100 GiB = %v, want ResourceExhausted", err)
 	}
-	for _, want := range []string{"disk: 10.0 TiB asked", "10 TiB writable disk", "256 MiB of exec output", "74 GiB left on the state dir's file system", "5 GiB kept", "--disk"} {
+	for _, want := range []string{"disk: 80.2 GiB asked", "80 GiB writable disk", "256 MiB of exec output", "74 GiB left on the state dir's file system", "5 GiB kept", "--disk"} {
 		if !strings.Contains(err.Error(), want) {
-			t.Errorf("admitDisk(10 TiB) = %q, want it to say %q", err, want)
+			t.Errorf("admitDisk(80 GiB) = %q, want it to say %q", err, want)
 		}
 	}
 	if d, ok := errdefs.RetryHint(err); !ok || d <= 0 {
-		t.Errorf("admitDisk(10 TiB) = %v, has no retry hint", err)
+		t.Errorf("admitDisk(80 GiB) = %v, has no retry hint", err)
 	}
 	// What fits the space left, output quota included, is admitted alone.
 	rel, err := e.admitDisk(74<<30 - 256<<20)
@@ -40,6 +42,76 @@ func TestAdmitDiskOneSandbox(t *testing.T) {
 	rel()
 	if _, err := e.admitDisk(74<<30 - 256<<20 + 1); !errdefs.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("admitDisk(one byte more than left) = %v, want ResourceExhausted", err)
+	}
+}
+
+// TestAdmitDiskNeverFits: a disk the whole file system could never hold
+// (its size less the reserve) is InvalidArgument at once, without a retry
+// hint: no delete makes room for it.
+func TestAdmitDiskNeverFits(t *testing.T) {
+	e := diskEdge(ceiling.Space{Free: 79 << 30, Size: 100 << 30}, 32)
+	for _, disk := range []int64{10 << 40, 95<<30 - 256<<20 + 1} {
+		_, err := e.admitDisk(disk)
+		if !errdefs.Is(err, errdefs.ErrInvalidArgument) {
+			t.Fatalf("admitDisk(%s) on a 100 GiB file system = %v, want InvalidArgument", ceiling.FormatBytes(disk), err)
+		}
+		if _, ok := errdefs.RetryHint(err); ok {
+			t.Errorf("admitDisk(%s) = %v, want no retry hint", ceiling.FormatBytes(disk), err)
+		}
+		for _, want := range []string{"disk " + ceiling.FormatBytes(disk) + " is more than node n can ever give a sandbox: the most is 94.7 GiB", "holds 100 GiB, less 5 GiB kept for the host and 256 MiB for the sandbox's exec output", "--disk"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("admitDisk(%s) = %q, want it to say %q", ceiling.FormatBytes(disk), err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "/var/lib/dsec") {
+			t.Errorf("admitDisk(%s) = %q, names the state dir, a host path", ceiling.FormatBytes(disk), err)
+		}
+	}
+	if e.diskCommitted != 0 {
+		t.Errorf("diskCommitted after refusals = %d, want 0", e.diskCommitted)
+	}
+}
+
+// TestCheckFits: memory or pids no delete could ever make room for are
+// InvalidArgument naming the limit; at the limit they are not.
+func TestCheckFits(t *testing.T) {
+	e := &Edge{cfg: Config{Node: "n", MemoryBytes: 20 << 30, MemoryOvercommit: 4, PidsCeiling: 24576}}
+	tests := []struct {
+		name string
+		r    sandbox.Resources
+		want []string // nil: fits
+	}{
+		{"at the limits", sandbox.Resources{MemoryBytes: 20 << 30, Pids: 24576}, nil},
+		{"memory 1 TiB", sandbox.Resources{MemoryBytes: 1 << 40, Pids: 1}, []string{"memory 1 TiB is more than node n can ever give a sandbox: the most is 20 GiB", "--host-memory-reserve", "--memory"}},
+		{"memory above the host's", sandbox.Resources{MemoryBytes: 20<<30 + 1, Pids: 1}, []string{"memory 20.0 GiB", "20 GiB"}},
+		{"pids 10^9", sandbox.Resources{MemoryBytes: 1 << 30, Pids: 1e9}, []string{"pids 1000000000 is more than node n can ever give a sandbox: the most is 24576", "--host-pids-reserve", "--pids"}},
+	}
+	for _, tt := range tests {
+		err := e.checkFits(tt.r)
+		if tt.want == nil {
+			if err != nil {
+				t.Errorf("checkFits(%s) = %v, want nil", tt.name, err)
+			}
+			continue
+		}
+		if !errdefs.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("checkFits(%s) = %v, want InvalidArgument", tt.name, err)
+			continue
+		}
+		if _, ok := errdefs.RetryHint(err); ok {
+			t.Errorf("checkFits(%s) = %v, want no retry hint", tt.name, err)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("checkFits(%s) = %q, want it to say %q", tt.name, err, w)
+			}
+		}
+	}
+	// With an overcommit below 1, what all sandboxes may hold is less than
+	// the memory, and the message says why.
+	e.cfg.MemoryOvercommit = 0.5
+	if err := e.checkFits(sandbox.Resources{MemoryBytes: 11 << 30}); !errdefs.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "10 GiB") || !strings.Contains(err.Error(), "--memory-overcommit 0.5") {
+		t.Errorf("checkFits(11 GiB) with overcommit 0.5 = %v, want InvalidArgument naming 10 GiB and --memory-overcommit 0.5", err)
 	}
 }
 
@@ -107,5 +179,22 @@ func TestAdmitDiskStatfsFails(t *testing.T) {
 	e.diskSpace = func() (ceiling.Space, error) { return ceiling.Space{}, errors.New("statfs: EIO") }
 	if _, err := e.admitDisk(1 << 30); !errdefs.Is(err, errdefs.ErrInternal) {
 		t.Errorf("admitDisk with statfs failing = %v, want Internal (never admitted blind)", err)
+	}
+}
+
+// TestMostDisk: what the node reports to placement as the largest disk a
+// sandbox can ever have is what admitDisk admits at most.
+func TestMostDisk(t *testing.T) {
+	e := diskEdge(ceiling.Space{Free: 79 << 30, Size: 100 << 30}, 32)
+	most := e.mostDisk()
+	if want := int64(95<<30 - 256<<20); most != want {
+		t.Fatalf("mostDisk() of 100 GiB = %d, want %d (less the 5 GiB reserve and the output quota)", most, want)
+	}
+	if _, err := e.admitDisk(most + 1); !errdefs.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("admitDisk(mostDisk()+1) = %v, want InvalidArgument", err)
+	}
+	e.diskSpace = func() (ceiling.Space, error) { return ceiling.Space{}, errors.New("statfs: EIO") }
+	if got := e.mostDisk(); got != 0 {
+		t.Errorf("mostDisk() with statfs failing = %d, want 0 (unknown)", got)
 	}
 }

@@ -296,5 +296,6 @@ func (a *nodeAPI) Status(ctx context.Context, _ *connect.Request[nodev1.StatusRe
 		MemoryBytes: st.MemoryBytes, MemoryCommittedBytes: st.MemoryCommitted,
 		MemoryAdmissibleBytes: st.MemoryAdmissible, MemoryAvailableBytes: st.MemoryAvailable,
 		Version: a.e.cfg.Version, Projects: projects,
+		PidsMax: a.e.cfg.PidsCeiling, DiskMaxBytes: a.e.mostDisk(),
 	}), nil
 }

@@ -80,6 +80,11 @@ type Config struct {
 	// OutputQuota is the exec output a sandbox may keep, admitted with its
 	// disk (default DefaultOutputQuota, the keeper's 256 MiB).
 	OutputQuota int64
+	// PidsCeiling is the most tasks all sandboxes together may run (the
+	// keeper's host ceiling); a sandbox asking for more pids can never
+	// get them and is refused (default: the host's task limit,
+	// kernel.pid_max or kernel.threads-max; unchecked where unknown).
+	PidsCeiling int64
 	// CPUs is the node's CPU count (default: runtime.NumCPU()).
 	CPUs    int
 	Version string
@@ -183,6 +188,11 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	}
 	if cfg.CPUs == 0 {
 		cfg.CPUs = runtime.NumCPU()
+	}
+	if cfg.PidsCeiling == 0 {
+		if h, err := ceiling.ReadHost(); err == nil {
+			cfg.PidsCeiling = h.Tasks
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

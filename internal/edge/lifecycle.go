@@ -195,6 +195,9 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 	if err := e.normalize(&p); err != nil {
 		return nil, err
 	}
+	if err := e.checkFits(p.Resources); err != nil {
+		return nil, err
+	}
 	be, err := e.backend(p.Backend)
 	if err != nil {
 		return nil, err

@@ -27,6 +27,7 @@ func (c *containerDriver) newCgroups(layout cgroup.Layout) (*cgroup.Manager, err
 	if err != nil {
 		return nil, err
 	}
+	c.ceiling = s
 	cg, err := cgroup.New(cgroup.Config{Parent: c.cfg.CgroupParent, Layout: layout,
 		Ceiling: cgroup.Resources{Pids: s.Pids, MemoryBytes: s.MemoryBytes}})
 	if err != nil {
@@ -47,6 +48,24 @@ func (c *containerDriver) newCgroups(layout cgroup.Layout) (*cgroup.Manager, err
 			"cgroup", c.cfg.CgroupParent)
 	}
 	return cg, nil
+}
+
+// checkCeiling refuses, with InvalidArgument and without a host path, a
+// sandbox asking for more pids or memory than all sandboxes together may
+// use: the kernel would refuse the limit (pids.max has a maximum) or
+// never let it reach it. The edge refuses such requests first
+// (internal/edge checkFits); this is for any other client of the keeper.
+func (c *containerDriver) checkCeiling(r Resources) error {
+	if most := c.ceiling.Pids; most > 0 && r.Pids > most {
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"pids %d is more than all sandboxes of this node may run together, %d: ask for at most that (--pids)", r.Pids, most)
+	}
+	if most := c.ceiling.MemoryBytes; most > 0 && r.MemoryBytes > most {
+		return errdefs.Newf(errdefs.ErrInvalidArgument,
+			"memory %s is more than all sandboxes of this node may use together, %s: ask for at most that (--memory)",
+			ceiling.FormatBytes(r.MemoryBytes), ceiling.FormatBytes(most))
+	}
+	return nil
 }
 
 // inCgroup reports whether the process whose cgroup file (/proc/PID/cgroup)

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/cgroup"
 	"github.com/dsecproject/dsec/internal/diskquota"
 	"github.com/dsecproject/dsec/internal/errdefs"
@@ -57,6 +58,9 @@ type containerDriver struct {
 	warm *warmPool
 	// lazy mounts layers from their lazy form (nil: no blob source).
 	lazy *lazyLayers
+	// ceiling is what all sandboxes together may use (ceiling_linux.go);
+	// zero: unknown.
+	ceiling ceiling.Sandboxes
 
 	mu sync.Mutex
 	// packing holds the sandboxes being packed (see pack_linux.go);
@@ -166,6 +170,9 @@ func (c *containerDriver) Run(ctx context.Context) {
 // Start implements Driver: a warm sandbox of req's shape is claimed when
 // one is ready, else one is started.
 func (c *containerDriver) Start(ctx context.Context, b *box, req CreateRequest) error {
+	if err := c.checkCeiling(req.Resources); err != nil {
+		return err
+	}
 	if c.warm.size() > 0 {
 		if c.claimWarm(ctx, b, req) {
 			return nil

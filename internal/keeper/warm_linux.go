@@ -3,6 +3,7 @@ package keeper
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsecproject/dsec/internal/cgroup"
+	"github.com/dsecproject/dsec/internal/errdefs"
 )
 
 // Warm sandboxes: the keeper starts a few sandboxes of the shapes it was
@@ -26,6 +28,13 @@ import (
 // started in the background at a time. Warm sandboxes are not the edge's:
 // they are not listed, count against no admission, and are removed when
 // their shape has not been asked for in a while or the keeper restarts.
+//
+// A shape whose warm starts fail is retried later and later (warmRetry,
+// doubling up to warmRetryMax) and, after warmFailures failures in a row
+// or one that can never succeed (an invalid request, a layer not found),
+// dropped: it is not kept warm again until warmIdle has passed, and the
+// log says so once, at Warn, with the reason. Creates of it go on, started
+// as usual.
 
 const (
 	// warmPrefix starts the slot of a warm sandbox; it has a character
@@ -35,8 +44,12 @@ const (
 	warmShapes = 4
 	// warmIdle is how long a shape nobody asks for is kept warm.
 	warmIdle = 10 * time.Minute
-	// warmRetry is the wait after a warm start failed.
-	warmRetry = 5 * time.Second
+	// warmRetry is the wait after a shape's first failed warm start; it
+	// doubles with each failure in a row, up to warmRetryMax.
+	warmRetry    = 5 * time.Second
+	warmRetryMax = 4 * time.Minute
+	// warmFailures failed warm starts of a shape in a row drop it.
+	warmFailures = 5
 )
 
 // warmKey identifies a shape: the layers and the resources of a create.
@@ -57,22 +70,46 @@ type warmShape struct {
 	req   CreateRequest // a request of this shape (its ID unused)
 	last  time.Time     // when it was last asked for
 	ready []*box        // started, unclaimed
+	// failures counts the failed warm starts in a row; none is tried
+	// before retryAt.
+	failures int
+	retryAt  time.Time
 }
 
 // warmPool keeps warm sandboxes; one goroutine (run) starts them.
 type warmPool struct {
-	c    *containerDriver
+	log  *slog.Logger
 	kick chan struct{}
+	// start starts a warm sandbox of a shape and remove removes one: the
+	// container driver's (startOne, Destroy), a fake in tests.
+	start  func(ctx context.Context, req CreateRequest) (*box, error)
+	remove func(b *box)
+	// retry, retryMax and failures are warmRetry, warmRetryMax and
+	// warmFailures (shorter in tests).
+	retry, retryMax time.Duration
+	failures        int
 
 	mu sync.Mutex
 	// guarded by mu
-	per      int // sandboxes kept ready per shape (0: none)
-	shapes   map[warmKey]*warmShape
-	failedAt time.Time
+	per    int // sandboxes kept ready per shape (0: none)
+	shapes map[warmKey]*warmShape
+	// dropped holds the shapes dropped for failing, until when they are
+	// not kept warm again.
+	dropped map[warmKey]time.Time
 }
 
 func newWarmPool(c *containerDriver, per int) *warmPool {
-	return &warmPool{c: c, per: per, kick: make(chan struct{}, 1), shapes: map[warmKey]*warmShape{}}
+	w := newWarmPoolOf(c.log, per)
+	w.start = func(ctx context.Context, req CreateRequest) (*box, error) { return startWarm(ctx, c, req) }
+	w.remove = func(b *box) { c.Destroy(context.Background(), b) }
+	return w
+}
+
+// newWarmPoolOf returns a pool that still needs its start and remove.
+func newWarmPoolOf(log *slog.Logger, per int) *warmPool {
+	return &warmPool{log: log, per: per, kick: make(chan struct{}, 1),
+		retry: warmRetry, retryMax: warmRetryMax, failures: warmFailures,
+		shapes: map[warmKey]*warmShape{}, dropped: map[warmKey]time.Time{}}
 }
 
 // size is how many sandboxes are kept ready per shape.
@@ -113,6 +150,13 @@ func (w *warmPool) poke() {
 func (w *warmPool) want(req CreateRequest) {
 	key := keyOf(req)
 	w.mu.Lock()
+	if until, ok := w.dropped[key]; ok {
+		if time.Now().Before(until) {
+			w.mu.Unlock()
+			return
+		}
+		delete(w.dropped, key)
+	}
 	s, ok := w.shapes[key]
 	if !ok {
 		s = &warmShape{}
@@ -180,21 +224,19 @@ func (w *warmPool) run(ctx context.Context) {
 			if !ok {
 				break
 			}
-			b, err := w.startOne(ctx, req)
+			b, err := w.start(ctx, req)
 			if err != nil {
-				if ctx.Err() == nil {
-					w.c.log.Warn("start a warm sandbox", "err", err)
+				if ctx.Err() != nil {
+					break
 				}
-				w.mu.Lock()
-				w.failedAt = time.Now()
-				w.mu.Unlock()
-				time.AfterFunc(warmRetry, w.poke)
-				break
+				w.failed(keyOf(req), err)
+				continue
 			}
 			w.mu.Lock()
 			s, ok := w.shapes[keyOf(req)]
 			if ok {
 				s.ready = append(s.ready, b)
+				s.failures, s.retryAt = 0, time.Time{}
 			}
 			w.mu.Unlock()
 			if !ok { // its shape was dropped meanwhile
@@ -204,16 +246,52 @@ func (w *warmPool) run(ctx context.Context) {
 	}
 }
 
-// next returns a request of the shape most short of warm sandboxes.
+// failed records that a warm start of shape key failed with err: the
+// shape is retried after a longer wait each time, and dropped after
+// w.failures in a row or at once when err can never succeed.
+func (w *warmPool) failed(key warmKey, err error) {
+	w.mu.Lock()
+	s, ok := w.shapes[key]
+	if !ok {
+		w.mu.Unlock()
+		return
+	}
+	s.failures++
+	if s.failures < w.failures && !hopeless(err) {
+		wait := min(w.retry<<(s.failures-1), w.retryMax)
+		s.retryAt = time.Now().Add(wait)
+		n := s.failures
+		w.mu.Unlock()
+		w.log.Debug("start a warm sandbox", "failures", n, "retry_in", wait, "err", err)
+		time.AfterFunc(wait, w.poke)
+		return
+	}
+	n := s.failures
+	gone := s.ready
+	delete(w.shapes, key)
+	w.dropped[key] = time.Now().Add(warmIdle)
+	w.mu.Unlock()
+	w.destroy(gone)
+	w.log.Warn("warm sandboxes of a shape keep failing to start: no longer kept warm (creates of it start as usual)",
+		"shape", string(key), "failures", n, "for", warmIdle, "err", err)
+}
+
+// hopeless reports whether a warm start that failed with err can never
+// succeed, however often it is tried.
+func hopeless(err error) bool {
+	return errdefs.Is(err, errdefs.ErrInvalidArgument) || errdefs.Is(err, errdefs.ErrNotFound) ||
+		errdefs.Is(err, errdefs.ErrFailedPrecondition)
+}
+
+// next returns a request of the shape most short of warm sandboxes, of
+// those not waiting to be retried.
 func (w *warmPool) next() (CreateRequest, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if time.Since(w.failedAt) < warmRetry {
-		return CreateRequest{}, false
-	}
+	now := time.Now()
 	var best *warmShape
 	for _, s := range w.shapes {
-		if len(s.ready) < w.per && (best == nil || len(s.ready) < len(best.ready)) {
+		if len(s.ready) < w.per && !now.Before(s.retryAt) && (best == nil || len(s.ready) < len(best.ready)) {
 			best = s
 		}
 	}
@@ -233,6 +311,11 @@ func (w *warmPool) expire() {
 			delete(w.shapes, k)
 		}
 	}
+	for k, until := range w.dropped {
+		if time.Now().After(until) {
+			delete(w.dropped, k)
+		}
+	}
 	w.mu.Unlock()
 	w.destroy(gone)
 }
@@ -250,21 +333,21 @@ func (w *warmPool) drain() {
 
 func (w *warmPool) destroy(boxes []*box) {
 	for _, b := range boxes {
-		w.c.Destroy(context.Background(), b)
+		w.remove(b)
 	}
 }
 
-// startOne starts a warm sandbox of req's shape.
-func (w *warmPool) startOne(ctx context.Context, req CreateRequest) (*box, error) {
+// startWarm starts a warm sandbox of req's shape.
+func startWarm(ctx context.Context, c *containerDriver, req CreateRequest) (*box, error) {
 	slot := warmPrefix + randomHex(8)
-	b := w.c.k.newBox(SandboxInfo{Slot: slot, State: StateCreating})
+	b := c.k.newBox(SandboxInfo{Slot: slot, State: StateCreating})
 	b.op.Lock()
 	defer b.op.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	req.ID = ""
-	if err := w.c.start(cctx, b, req); err != nil {
-		w.c.Destroy(context.WithoutCancel(ctx), b)
+	if err := c.start(cctx, b, req); err != nil {
+		c.Destroy(context.WithoutCancel(ctx), b)
 		return nil, err
 	}
 	return b, nil

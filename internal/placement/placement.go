@@ -28,16 +28,23 @@ type Node struct {
 	MemoryCommitted  int64
 	Sandboxes        int64
 	Healthy          bool
+	// MemoryBytes is the node's memory for sandboxes, PidsMax and
+	// DiskMaxBytes the most pids and writable disk it can ever give one
+	// sandbox: no sandbox can have more (0: unknown).
+	MemoryBytes, PidsMax, DiskMaxBytes int64
 	// ReportedAt is when the load above was asked for: the report holds
 	// every sandbox placed before it. Zero if unknown (then a placement
 	// counts for the whole RecentWindow).
 	ReportedAt time.Time
 }
 
-// Request is what a new sandbox needs.
+// Request is what a new sandbox needs. Pids and DiskBytes are 0 when the
+// request leaves them to the node's defaults.
 type Request struct {
 	Backend     string
 	MemoryBytes int64
+	Pids        int64
+	DiskBytes   int64
 }
 
 // Config configures a Placer; the zero value works.
@@ -88,6 +95,9 @@ func (p *Placer) Order(nodes []Node, req Request) []string {
 	for _, n := range nodes {
 		if !n.Healthy || !slices.Contains(n.Backends, req.Backend) {
 			continue
+		}
+		if !everFits(n, req) {
+			continue // more than the node ever gives one sandbox
 		}
 		extra := p.recentMem(n.Name, n.ReportedAt, now)
 		free := n.MemoryAdmissible - n.MemoryCommitted - extra

@@ -6,23 +6,20 @@ import (
 	"github.com/dsecproject/dsec/internal/ceiling"
 )
 
-// sandboxMemory is the memory all sandboxes together may use: the host's
-// memory minus cfg.HostMemoryReserve, the keeper's memory ceiling on the
-// sandboxes' cgroup parent. The edge admits memory limits against it
-// (times --memory-overcommit), so admission and the kernel's ceiling
-// count from the same figure. 0 (the edge's default, MemTotal) where the
-// host cannot be read.
-func sandboxMemory(cfg Config) (int64, error) {
+// sandboxCeilings are what all sandboxes together may use: the host's
+// memory and tasks minus cfg.HostMemoryReserve and cfg.HostPidsReserve,
+// the keeper's ceilings on the sandboxes' cgroup parent. The edge admits
+// memory limits against the memory (times --memory-overcommit), so
+// admission and the kernel's ceiling count from the same figure, and
+// refuses a sandbox asking for more of either than all may have. Zero
+// (the edge's defaults, from the host) where the host cannot be read.
+func sandboxCeilings(cfg Config) (ceiling.Sandboxes, error) {
 	h, err := ceiling.ReadHost()
 	if errors.Is(err, errors.ErrUnsupported) {
-		return 0, nil
+		return ceiling.Sandboxes{}, nil
 	}
 	if err != nil {
-		return 0, err
+		return ceiling.Sandboxes{}, err
 	}
-	s, err := ceiling.ForSandboxes(h, cfg.HostPidsReserve, cfg.HostMemoryReserve)
-	if err != nil {
-		return 0, err
-	}
-	return s.MemoryBytes, nil
+	return ceiling.ForSandboxes(h, cfg.HostPidsReserve, cfg.HostMemoryReserve)
 }

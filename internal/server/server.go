@@ -208,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	defer be.Close()
-	sandboxMem, err := sandboxMemory(cfg)
+	ceilings, err := sandboxCeilings(cfg)
 	if err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Images:         &Images{Cluster: store, Blobs: blobs, LazyLayers: cfg.LazyLayers, LazyMount: cfg.BlobSource != "", ChunkSize: cfg.ChunkSize},
 		Defaults:       cfg.Defaults, MemoryOvercommit: cfg.MemoryOvercommit, MemoryReserve: cfg.MemoryReserve,
 		MetricsPerSandbox: cfg.MetricsPerSandbox, MaxRequestBytes: cfg.MaxRequestBytes,
-		MemoryBytes: sandboxMem, DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
+		MemoryBytes: ceilings.MemoryBytes, PidsCeiling: ceilings.Pids, DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
 		Version: cfg.Version, Logger: log,
 	})
 	if err != nil {

@@ -166,6 +166,8 @@ func (w *Watcher) Placement() []placement.Node {
 			pn.Backends = s.Status.Backends
 			pn.MemoryAdmissible = s.Status.MemoryAdmissibleBytes
 			pn.MemoryCommitted = s.Status.MemoryCommittedBytes
+			pn.MemoryBytes = s.Status.MemoryBytes
+			pn.PidsMax, pn.DiskMaxBytes = s.Status.PidsMax, s.Status.DiskMaxBytes
 			pn.Sandboxes = s.Status.Sandboxes
 		}
 		out = append(out, pn)

@@ -190,10 +190,12 @@ func TestForkBombsTogether(t *testing.T) {
 }
 
 // TestDiskBeyondFreeSpace asks for a writable disk larger than the state
-// dir's file system has free (the finding: disk 10T on 79 GiB free was
-// admitted) and checks the create is ResourceExhausted, names disk and the
-// space left, and carries a retry hint. Protection: the edge's disk
-// admission (--disk-reserve, --disk-overcommit).
+// dir's file system could ever hold (the finding: disk 10T on 79 GiB free
+// was admitted) and checks the create is InvalidArgument at once, names
+// disk and has no retry hint; then for one larger than what is free now
+// but that fits once space is freed: ResourceExhausted naming the space
+// left, with a retry hint. Protection: the edge's disk admission
+// (--disk-reserve, --disk-overcommit).
 func TestDiskBeyondFreeSpace(t *testing.T) {
 	p := Env(t)
 	t.Parallel()
@@ -201,20 +203,40 @@ func TestDiskBeyondFreeSpace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	disk := int64(10 << 40)
-	if disk <= sp.Free {
-		disk = sp.Free + 1<<40
+	create := func(disk int64) *dsec.Error {
+		t.Helper()
+		opts := dsec.CreateOptions{Image: "busybox", Disk: disk, Labels: map[string]string{LabelKey: labelValue(t.Name())}}
+		sb, err := Admin(t).Create(Ctx(t, time.Minute), opts)
+		if err == nil {
+			_ = sb.Delete(Ctx(t, time.Minute))
+			t.Fatalf("Create(disk %s) with %s free of %s on the state dir's file system = %s, want a refusal",
+				ceiling.FormatBytes(disk), ceiling.FormatBytes(sp.Free), ceiling.FormatBytes(sp.Size), sb.ID)
+		}
+		var de *dsec.Error
+		if !errors.As(err, &de) {
+			t.Fatalf("Create(disk %s) = %v, want a *dsec.Error", ceiling.FormatBytes(disk), err)
+		}
+		return de
 	}
-	opts := dsec.CreateOptions{Image: "busybox", Disk: disk, Labels: map[string]string{LabelKey: labelValue(t.Name())}}
-	sb, err := Admin(t).Create(Ctx(t, time.Minute), opts)
-	if err == nil {
-		_ = sb.Delete(Ctx(t, time.Minute))
-		t.Fatalf("Create(disk %s) with %s free on the state dir's file system = %s, want ResourceExhausted",
-			ceiling.FormatBytes(disk), ceiling.FormatBytes(sp.Free), sb.ID)
+
+	disk := max(int64(10<<40), sp.Size+1<<40)
+	de := create(disk)
+	if !errors.Is(de, dsec.ErrInvalidArgument) || de.RetryAfter != 0 || !strings.Contains(de.Message, "disk ") || !strings.Contains(de.Message, "can ever give a") {
+		t.Errorf("Create(disk %s) on a file system of %s = %v, want InvalidArgument naming disk, without a retry hint", ceiling.FormatBytes(disk), ceiling.FormatBytes(sp.Size), de)
 	}
-	var de *dsec.Error
-	if !errors.Is(err, dsec.ErrResourceExhausted) || !errors.As(err, &de) {
-		t.Fatalf("Create(disk %s) = %v, want ResourceExhausted", ceiling.FormatBytes(disk), err)
+
+	// Between what is left now and what the file system holds for
+	// sandboxes at most (the default reserve, the edge's output quota).
+	reserve, quota := ceiling.DiskReserve.Of(sp.Size), int64(256<<20)
+	left, most := sp.Free-reserve-quota, sp.Size-reserve-quota
+	if most-left < 2<<30 {
+		t.Logf("the state dir's file system is nearly empty (%s free of %s): no disk fits later but not now", ceiling.FormatBytes(sp.Free), ceiling.FormatBytes(sp.Size))
+		return
+	}
+	disk = left + (most-left)/2
+	de = create(disk)
+	if !errors.Is(de, dsec.ErrResourceExhausted) {
+		t.Fatalf("Create(disk %s) with %s left now, at most %s = %v, want ResourceExhausted", ceiling.FormatBytes(disk), ceiling.FormatBytes(left), ceiling.FormatBytes(most), de)
 	}
 	for _, want := range []string{"disk: ", "asked", "left on the state dir's file system"} {
 		if !strings.Contains(de.Message, want) {
@@ -222,8 +244,6 @@ func TestDiskBeyondFreeSpace(t *testing.T) {
 		}
 	}
 	if de.RetryAfter <= 0 {
-		t.Errorf("Create(disk %s) = %v, want a retry hint", ceiling.FormatBytes(disk), err)
+		t.Errorf("Create(disk %s) = %v, want a retry hint", ceiling.FormatBytes(disk), de)
 	}
-	// A disk that fits is still admitted.
-	NewSandbox(t, dsec.CreateOptions{Disk: 64 << 20})
 }

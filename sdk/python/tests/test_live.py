@@ -435,12 +435,31 @@ class ErrorTest(LiveTestCase):
             await bad.close()
 
     async def test_resource_exhausted_has_a_hint(self):
+        # A project at its sandbox limit: waiting (or a delete) helps.
+        project = support.unique("pyfull")
+        await self.client.set_project_limits(project, sandboxes=1)
+        secret, _ = await self.client.create_key(name=project, project=project)
+        c = DSecClient(self.addr, secret, max_retries=0)
+        try:
+            sb = await c.create(IMAGE, labels={"job": self.job}, memory="32M")
+            try:
+                with self.assertRaises(libdsec.ResourceExhaustedError) as cm:
+                    await c.create(IMAGE, labels={"job": self.job}, memory="32M")
+                self.assertGreater(cm.exception.retry_after, 0)
+                self.assertIn(project, str(cm.exception))
+            finally:
+                await sb.stop()
+        finally:
+            await c.close()
+
+    async def test_never_fits_has_no_hint(self):
+        # No node could ever give it: no retry helps, none is hinted.
         c = DSecClient(self.addr, self.key, max_retries=0)
         try:
-            with self.assertRaises(libdsec.ResourceExhaustedError) as cm:
+            with self.assertRaises(libdsec.InvalidArgumentError) as cm:
                 await c.create(IMAGE, memory="1024T")
-            self.assertGreater(cm.exception.retry_after, 0)
-            self.assertIn("retry", str(cm.exception))
+            self.assertIsNone(cm.exception.retry_after)
+            self.assertIn("--memory", str(cm.exception))
         finally:
             await c.close()
 

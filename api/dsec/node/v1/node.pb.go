@@ -75,7 +75,14 @@ type StatusResponse struct {
 	Version               string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
 	// What the node's live sandboxes hold, by project (per-project limits
 	// are admitted against the sum over nodes).
-	Projects      map[string]*ProjectUsage `protobuf:"bytes,10,rep,name=projects,proto3" json:"projects,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Projects map[string]*ProjectUsage `protobuf:"bytes,10,rep,name=projects,proto3" json:"projects,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The most pids one sandbox can ever have here (what all sandboxes
+	// together may run; 0: unknown).
+	PidsMax int64 `protobuf:"varint,11,opt,name=pids_max,json=pidsMax,proto3" json:"pids_max,omitempty"`
+	// The largest writable disk one sandbox can ever have here (the state
+	// dir's file system less its reserve and the exec output quota; 0:
+	// unknown).
+	DiskMaxBytes  int64 `protobuf:"varint,12,opt,name=disk_max_bytes,json=diskMaxBytes,proto3" json:"disk_max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -180,6 +187,20 @@ func (x *StatusResponse) GetProjects() map[string]*ProjectUsage {
 	return nil
 }
 
+func (x *StatusResponse) GetPidsMax() int64 {
+	if x != nil {
+		return x.PidsMax
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetDiskMaxBytes() int64 {
+	if x != nil {
+		return x.DiskMaxBytes
+	}
+	return 0
+}
+
 type ProjectUsage struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Sandboxes int64                  `protobuf:"varint,1,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
@@ -238,7 +259,7 @@ var File_dsec_node_v1_node_proto protoreflect.FileDescriptor
 const file_dsec_node_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"\x17dsec/node/v1/node.proto\x12\fdsec.node.v1\"\x0f\n" +
-	"\rStatusRequest\"\xf4\x03\n" +
+	"\rStatusRequest\"\xb5\x04\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\bbackends\x18\x02 \x03(\tR\bbackends\x12\x1c\n" +
@@ -250,7 +271,9 @@ const file_dsec_node_v1_node_proto_rawDesc = "" +
 	"\x16memory_available_bytes\x18\b \x01(\x03R\x14memoryAvailableBytes\x12\x18\n" +
 	"\aversion\x18\t \x01(\tR\aversion\x12F\n" +
 	"\bprojects\x18\n" +
-	" \x03(\v2*.dsec.node.v1.StatusResponse.ProjectsEntryR\bprojects\x1aW\n" +
+	" \x03(\v2*.dsec.node.v1.StatusResponse.ProjectsEntryR\bprojects\x12\x19\n" +
+	"\bpids_max\x18\v \x01(\x03R\apidsMax\x12$\n" +
+	"\x0edisk_max_bytes\x18\f \x01(\x03R\fdiskMaxBytes\x1aW\n" +
 	"\rProjectsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\x05value\x18\x02 \x01(\v2\x1a.dsec.node.v1.ProjectUsageR\x05value:\x028\x01\"O\n" +
