@@ -191,6 +191,7 @@ func createDetached(ctx context.Context, c *dsec.Client, opts dsec.CreateOptions
 		if sb.State == dsec.StateDeleted {
 			return fmt.Errorf("sandbox %s was made by an earlier run with this --idempotency-key and deleted since: retry with a new key", sb.ID)
 		}
+		noteClamped(errw, opts, sb)
 		fmt.Fprintln(out, sb.ID)
 		return nil
 	}
@@ -210,6 +211,10 @@ func createDetached(ctx context.Context, c *dsec.Client, opts dsec.CreateOptions
 		}
 	}
 	if err == nil && len(failures) == 0 {
+		for _, r := range results {
+			noteClamped(errw, opts, r.Sandbox) // the same for all: once
+			break
+		}
 		for _, id := range made {
 			fmt.Fprintln(out, id)
 		}
