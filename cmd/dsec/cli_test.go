@@ -288,6 +288,18 @@ func (f *fakeAPI) UploadTar(_ context.Context, stream *connect.ClientStream[sand
 	return connect.NewResponse(&sandboxv1.UploadTarResponse{}), nil
 }
 
+// WriteFile takes the whole stream, as a node does, and keeps nothing:
+// a copy refused part way (--max-size) is refused by the CLI, not by a
+// server that answered first.
+func (f *fakeAPI) WriteFile(_ context.Context, stream *connect.ClientStream[sandboxv1.WriteFileRequest]) (*connect.Response[sandboxv1.WriteFileResponse], error) {
+	for stream.Receive() {
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&sandboxv1.WriteFileResponse{}), nil
+}
+
 func (f *fakeAPI) DownloadTar(_ context.Context, req *connect.Request[sandboxv1.DownloadTarRequest], stream *connect.ServerStream[sandboxv1.DownloadTarResponse]) error {
 	f.mu.Lock()
 	data, ok := f.tars[req.Msg.GetPath()]
