@@ -120,7 +120,10 @@ func testIdempotency(t *testing.T, c *dsec.Client) {
 func testBatch(t *testing.T, c *dsec.Client) {
 	ctx := ctxT(t)
 	start := time.Now()
-	res, err := c.BatchCreate(ctx, dsec.CreateOptions{Image: "busybox", Memory: 16 << 20, Labels: map[string]string{"job": "batch"}}, 100)
+	// 1 GiB disks: 100 of the default 10 GiB would need 32 GiB free on the
+	// state dir's file system (disk overcommit 32), which a busy test
+	// machine may not have.
+	res, err := c.BatchCreate(ctx, dsec.CreateOptions{Image: "busybox", Memory: 16 << 20, Disk: 1 << 30, Labels: map[string]string{"job": "batch"}}, 100)
 	if err != nil {
 		t.Fatalf("BatchCreate = %v", err)
 	}
