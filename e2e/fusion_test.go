@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -124,8 +125,8 @@ func testFusionBurst(t *testing.T, p *platform, f *fusionClient) {
 	}
 }
 
-// scrapeAll reads dsec up's /metrics into series (name with labels, as
-// printed) → value.
+// scrapeAll reads dsec up's /metrics into series (the name, with its
+// labels as printed) → value.
 func scrapeAll(t *testing.T, p *platform) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + p.Addr + "/metrics")
@@ -143,8 +144,7 @@ func scrapeAll(t *testing.T, p *platform) map[string]float64 {
 		if !ok || strings.HasPrefix(series, "#") {
 			continue
 		}
-		var f float64
-		if _, err := fmt.Sscan(v, &f); err == nil {
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
 			out[series] = f
 		}
 	}

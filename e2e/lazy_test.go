@@ -332,7 +332,7 @@ func TestLazyLayers(t *testing.T) {
 		}
 	}
 	src.mu.Unlock()
-	mets := scrape(t, p)
+	mets := scrapeAll(t, p)
 	if v := mets["dsec_chunkcache_fetched_bytes_total"]; v < float64(served) || v > float64(all) {
 		t.Errorf("dsec_chunkcache_fetched_bytes_total = %v, want between the %d bytes of the data layer and the %d of all blobs the source served", v, served, all)
 	}
@@ -451,7 +451,7 @@ func settled(t *testing.T, p *platform) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		v, ok := scrape(t, p)["dsec_chunkcache_fetches_in_flight"]
+		v, ok := scrapeAll(t, p)["dsec_chunkcache_fetches_in_flight"]
 		if !ok {
 			t.Fatal("/metrics has no dsec_chunkcache_fetches_in_flight")
 		}
@@ -463,28 +463,4 @@ func settled(t *testing.T, p *platform) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func scrape(t *testing.T, p *platform) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + p.Addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for line := range strings.Lines(string(body)) {
-		name, val, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(val, 64); err == nil {
-			out[name] = v
-		}
-	}
-	return out
 }
