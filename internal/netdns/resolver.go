@@ -179,6 +179,7 @@ type Resolver struct {
 	// guarded by mu
 	sandboxes map[string]*sandboxState
 	calls     map[cacheKey]*call
+	closed    bool // no resolution starts once set
 }
 
 // New returns a Resolver. It fails with InvalidArgument when an upstream
@@ -244,6 +245,9 @@ func parseUpstream(s string) (string, error) {
 // Close ends the resolutions in progress and waits for them. Queries
 // after Close get SERVFAIL.
 func (r *Resolver) Close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 	r.cancel()
 	r.wg.Wait()
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -576,5 +577,62 @@ func TestNew(t *testing.T) {
 		if r != nil {
 			r.Close()
 		}
+	}
+}
+
+// TestSlowQueriesIsolated holds sandbox a's queries on a slow upstream
+// answer: beyond MaxPending they are REFUSED at once, and sandbox b still
+// gets its answers.
+func TestSlowQueriesIsolated(t *testing.T) {
+	e := newEnv(t, Config{MaxPending: 4, MaxInFlight: 8, Timeout: 3 * time.Second}, testPolicy, nil)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		refused int
+	)
+	for i := range 30 {
+		wg.Go(func() {
+			m := new(dns.Msg)
+			m.SetQuestion("slow.test.", []uint16{dns.TypeA, dns.TypeAAAA}[i%2])
+			c := &dns.Client{Timeout: 4 * time.Second}
+			resp, _, err := c.Exchange(m, e.udp)
+			if err != nil {
+				t.Errorf("sandbox a, slow query %d: %v", i, err)
+				return
+			}
+			if resp.Rcode == dns.RcodeRefused {
+				mu.Lock()
+				refused++
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond) // a's queries wait on the upstream
+	start := time.Now()
+	resp := e.ask(t, "127.0.0.2", "udp", "pypi.test", dns.TypeA)
+	if d := time.Since(start); d > 500*time.Millisecond || resp.Rcode != dns.RcodeSuccess {
+		t.Errorf("sandbox b during a's slow queries: %s after %v, want an answer at once", dns.RcodeToString[resp.Rcode], d)
+	}
+	wg.Wait()
+	if refused < 30-4 {
+		t.Errorf("sandbox a: %d of 30 slow queries refused, want all but MaxPending 4", refused)
+	}
+}
+
+// switchPolicy is a policy an update flips.
+type switchPolicy struct{ allow atomic.Bool }
+
+func (p *switchPolicy) AllowName(string) bool { return p.allow.Load() }
+
+func TestPolicyUpdateApplies(t *testing.T) {
+	p := &switchPolicy{}
+	p.allow.Store(true)
+	e := newEnv(t, Config{}, p, nil)
+	if resp := e.ask(t, "127.0.0.1", "udp", "pypi.test", dns.TypeA); len(resp.Answer) != 1 {
+		t.Fatalf("allowed: %v, want the address", resp)
+	}
+	p.allow.Store(false)
+	if resp := e.ask(t, "127.0.0.1", "udp", "pypi.test", dns.TypeA); resp.Rcode != dns.RcodeNameError || len(resp.Answer) != 0 {
+		t.Errorf("after revoking, the cached name: %s with %d answers, want NXDOMAIN", dns.RcodeToString[resp.Rcode], len(resp.Answer))
 	}
 }

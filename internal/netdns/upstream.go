@@ -44,6 +44,10 @@ func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) result
 		return res
 	}
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return result{rcode: dns.RcodeServerFailure}
+	}
 	c, ok := r.calls[k]
 	if !ok {
 		c = &call{done: make(chan struct{})}
