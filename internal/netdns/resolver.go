@@ -9,8 +9,9 @@
 //   - A name the sandbox's policy does not allow is never sent upstream;
 //     the sandbox gets NXDOMAIN. The policy judges the name the sandbox
 //     asked for; the targets of a CNAME chain are followed upstream but not
-//     judged, and the sandbox gets the chain's final addresses under the
-//     name it asked for (the chain is flattened).
+//     judged (they come from the upstream, not from the sandbox), and the
+//     sandbox gets the chain's final addresses under the name it asked for
+//     (the chain is flattened).
 //   - A name that is not internal (not in Config.Hosts, not accepted by
 //     Config.Internal) never resolves to a non-public address (private,
 //     loopback, link-local, CGNAT, multicast, unspecified, or an IPv6 form
@@ -113,6 +114,11 @@ type Config struct {
 	// Resolved, for programs that connect a while after they resolved.
 	// Default 1 min.
 	ResolvedGrace time.Duration
+
+	// Denied, when set, is told of each name a sandbox's policy denied
+	// (lower case, no final dot), for the sandbox's log of denials. It is
+	// called on the query's path and must not block.
+	Denied func(sandbox, name string)
 
 	// Logger receives warnings (an upstream that fails). Default: discard.
 	Logger *slog.Logger
@@ -386,7 +392,13 @@ func (r *Resolver) answer(ctx context.Context, st *sandboxState, sb Sandbox, req
 		return fail(dns.RcodeRefused)
 	}
 	name, ok := canonical(q.Name)
-	if !ok || sb.Policy == nil || !sb.Policy.AllowName(name) {
+	if !ok {
+		return fail(dns.RcodeNameError)
+	}
+	if sb.Policy == nil || !sb.Policy.AllowName(name) {
+		if r.cfg.Denied != nil {
+			r.cfg.Denied(sb.ID, name)
+		}
 		return fail(dns.RcodeNameError)
 	}
 	if q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA {

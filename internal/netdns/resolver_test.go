@@ -222,7 +222,7 @@ func TestAnswers(t *testing.T) {
 		if diff := cmp.Diff(tt.want, addrs(t, resp)); diff != "" {
 			t.Errorf("%s: addresses (-want +got):\n%s", q, diff)
 		}
-		if resp.Id != resp.Id || !resp.RecursionAvailable {
+		if !resp.RecursionAvailable {
 			t.Errorf("%s: reply without RA", q)
 		}
 		for k, n := range tt.upstreams {
@@ -237,7 +237,15 @@ func TestAnswers(t *testing.T) {
 }
 
 func TestDeniedNeverForwarded(t *testing.T) {
-	e := newEnv(t, Config{}, suffixPolicy{"allowed.test"}, nil)
+	var (
+		mu     sync.Mutex
+		denied []string
+	)
+	e := newEnv(t, Config{Denied: func(sandbox, name string) {
+		mu.Lock()
+		denied = append(denied, sandbox+" "+name)
+		mu.Unlock()
+	}}, suffixPolicy{"allowed.test"}, nil)
 	for _, tt := range []struct {
 		name  string
 		qtype uint16
@@ -258,6 +266,12 @@ func TestDeniedNeverForwarded(t *testing.T) {
 	if n := e.up.total(); n != 0 {
 		t.Errorf("upstream got %d queries (%v), want none", n, e.up.names())
 	}
+	mu.Lock()
+	want := []string{"a denied.test", "a pypi.test", "a pypi.test", "a allowed.test.evil.test"}
+	if diff := cmp.Diff(want, denied); diff != "" {
+		t.Errorf("Denied was told (-want +got):\n%s", diff)
+	}
+	mu.Unlock()
 	// The other sandbox's policy is its own.
 	if resp := e.ask(t, "127.0.0.2", "udp", "pypi.test", dns.TypeA); resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
 		t.Errorf("sandbox b: pypi.test: %v, want its address", resp)
