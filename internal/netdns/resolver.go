@@ -413,6 +413,7 @@ func (r *Resolver) answer(ctx context.Context, st *sandboxState, sb Sandbox, req
 	if !r.internal(name) {
 		addrs = publicOnly(addrs)
 	}
+	addrs = addrs[:min(len(addrs), maxAddrs)]
 	now := r.now()
 	ttl := uint32(max(res.expires.Sub(now).Round(time.Second)/time.Second, 1))
 	for _, a := range addrs {

@@ -650,3 +650,72 @@ func TestPolicyUpdateApplies(t *testing.T) {
 		t.Errorf("after revoking, the cached name: %s with %d answers, want NXDOMAIN", dns.RcodeToString[resp.Rcode], len(resp.Answer))
 	}
 }
+
+func TestReplySize(t *testing.T) {
+	var many []netip.Addr
+	for i := range 40 {
+		many = append(many, netip.AddrFrom4([4]byte{93, 184, 217, byte(i)}))
+	}
+	e := newEnv(t, Config{Hosts: map[string][]netip.Addr{"many.test": many}}, testPolicy, nil)
+	m := new(dns.Msg)
+	m.SetQuestion("many.test.", dns.TypeA)
+	c := &dns.Client{UDPSize: 512, Timeout: 3 * time.Second}
+	resp, _, err := c.Exchange(m, e.udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Compress = true // as it was sent
+	if b, _ := resp.Pack(); len(b) > dns.MinMsgSize || !resp.Truncated || len(resp.Answer) == 0 {
+		t.Errorf("UDP without EDNS: %d bytes, truncated %v; want at most 512, truncated", len(b), resp.Truncated)
+	}
+	m.SetEdns0(4096, false)
+	resp, _, err = c.Exchange(m, e.udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Answer) != maxAddrs || resp.Truncated {
+		t.Errorf("UDP with EDNS: %d answers, truncated %v; want %d, whole", len(resp.Answer), resp.Truncated, maxAddrs)
+	}
+}
+
+func TestTCPConnsPerSandbox(t *testing.T) {
+	e := newEnv(t, Config{MaxTCPConns: 2}, testPolicy, nil)
+	var conns []*dns.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 2 {
+		c, err := dns.DialTimeout("tcp", e.udp, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("pypi.test.", dns.TypeA)
+	for i, c := range conns {
+		if err := c.WriteMsg(m); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if r, err := c.ReadMsg(); err != nil || len(r.Answer) != 1 {
+			t.Fatalf("TCP connection %d: %v, %v; want the address", i, r, err)
+		}
+	}
+	third, err := dns.DialTimeout("tcp", e.udp, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	third.WriteMsg(m)
+	third.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if r, err := third.ReadMsg(); err == nil {
+		t.Errorf("third TCP connection of the sandbox answered %v, want it closed", r)
+	}
+	// The other sandbox is not held to a's connections.
+	if resp := e.ask(t, "127.0.0.2", "tcp", "pypi.test", dns.TypeA); len(resp.Answer) != 1 {
+		t.Errorf("sandbox b over TCP: %v, want the address", resp)
+	}
+}
