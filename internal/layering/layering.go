@@ -65,6 +65,7 @@ var layers = []layer{
 		"internal/diskquota",
 		"internal/layer",
 		"internal/lazyfs",
+		"internal/netdns",
 		"internal/nsexec",
 		"internal/oci",
 		"internal/ociimport",
