@@ -88,7 +88,9 @@ var builtins = []Service{
 func Builtin() *Catalogue {
 	c := &Catalogue{services: make(map[string]*Service, len(builtins))}
 	for _, s := range builtins {
-		s := s
+		s.Domains = slices.Clone(s.Domains)
+		s.CIDRs = slices.Clone(s.CIDRs)
+		s.Ports = slices.Clone(s.Ports)
 		c.services[s.Name] = &s
 	}
 	return c

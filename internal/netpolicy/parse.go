@@ -283,27 +283,19 @@ func checkJSON(data []byte, what string) error {
 	var stack []*frame
 	for first := true; ; first = false {
 		t, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			if first {
-				return invalid("%s is empty", what)
-			}
-			break
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, io.EOF) && first:
+			return invalid("%s is empty", what)
+		case errors.Is(err, io.EOF):
+			return invalid("%s is not valid JSON: it ends early", what)
+		case err != nil:
 			return invalid("%s is not valid JSON: %s", what, jsonProblem(err))
 		}
 		var top *frame
 		if len(stack) > 0 {
 			top = stack[len(stack)-1]
 		}
-		if !first && top == nil {
-			return invalid("%s: more than one JSON value", what)
-		}
-		if top != nil && top.obj && top.key {
-			if d, ok := t.(json.Delim); ok && d == '}' {
-				stack = stack[:len(stack)-1]
-				goto next
-			}
+		if top != nil && top.obj && top.key && t != json.Delim('}') {
 			k, _ := t.(string)
 			if top.keys[k] {
 				return invalid("%s: key %.80q is given twice", what, k)
@@ -313,20 +305,19 @@ func checkJSON(data []byte, what string) error {
 			continue
 		}
 		if top != nil && top.obj {
-			top.key = true
+			top.key = true // the value is read: a key comes next
 		}
 		switch t {
 		case json.Delim('{'):
 			stack = append(stack, &frame{obj: true, keys: map[string]bool{}, key: true})
 		case json.Delim('['):
 			stack = append(stack, &frame{})
-		case json.Delim(']'):
+		case json.Delim('}'), json.Delim(']'):
 			stack = stack[:len(stack)-1]
 		}
 		if len(stack) > 32 {
 			return invalid("%s is nested deeper than 32", what)
 		}
-	next:
 		if len(stack) == 0 {
 			if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 				return invalid("%s: more than one JSON value", what)
@@ -334,7 +325,6 @@ func checkJSON(data []byte, what string) error {
 			return nil
 		}
 	}
-	return nil
 }
 
 // jsonProblem returns encoding/json's words on the user's document: its
