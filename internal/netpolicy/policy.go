@@ -32,7 +32,7 @@ type Spec struct {
 
 // Normalize checks s on its own (services are checked by Compile) and
 // returns it in canonical form. An empty mode is none without rules and
-// rules with them. The same target (service, domain or CIDR with the same
+// rules with them; mode rules without rules is none. The same target (service, domain or CIDR with the same
 // ports and protocol) both allowed and denied is an error naming both
 // rules: such a policy says two things and the writer meant one.
 func (s Spec) Normalize() (Spec, error) {
@@ -68,6 +68,9 @@ func (s Spec) Normalize() (Spec, error) {
 	}
 	if len(rules) == 0 {
 		rules = nil
+		if s.Mode == ModeRules {
+			s.Mode = ModeNone // no rule allows anything: that is none
+		}
 	}
 	s.Rules = rules
 	return s, nil
