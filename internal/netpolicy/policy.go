@@ -54,10 +54,14 @@ func (s Spec) Normalize() (Spec, error) {
 		return s, invalid("%d network rules: at most %d", len(s.Rules), MaxRules)
 	}
 	rules := make([]Rule, len(s.Rules))
+	nports := 0
 	for i, r := range s.Rules {
 		n, err := r.normalize()
 		if err != nil {
 			return s, ruleError(i, r, err)
+		}
+		if nports += len(n.Ports); nports > MaxAllPorts {
+			return s, ruleError(i, r, invalid("more than %d port ranges in all the rules: join them into wider ranges", MaxAllPorts))
 		}
 		for j, o := range rules[:i] {
 			if o.Action != n.Action && sameTarget(o, n) {
@@ -108,7 +112,13 @@ func Compile(s Spec, cat *Catalogue) (*Policy, error) {
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "this node's operator does not permit open network: allow the services or domains the sandbox needs")
 	}
 	p := &Policy{spec: s, cat: cat}
+rules:
 	for i, r := range s.Rules {
+		for _, o := range s.Rules[:i] {
+			if o.Action == r.Action && sameTarget(o, r) {
+				continue rules // the same rule again: the first decides
+			}
+		}
 		ports := r.Ports
 		if r.Service == "" {
 			if ports == nil {
@@ -418,38 +428,55 @@ func (p *Policy) AllowName(name string) bool {
 	if err != nil {
 		return false
 	}
+	// The entries that could decide for the name: those of its domain, and
+	// the CIDR allows (its addresses may lie in them).
+	type cand struct {
+		e    *entry
+		spec spec // without the width
+	}
+	var cands []cand
+	for i := range p.entries {
+		e := &p.entries[i]
+		if e.domain == "" {
+			if e.action == Allow {
+				cands = append(cands, cand{e: e})
+			}
+			continue
+		}
+		if exact, labels, ok := domainMatch(e.domain, n); ok {
+			s := spec{rank: 2, length: labels}
+			if exact {
+				s.rank = 3
+			}
+			cands = append(cands, cand{e: e, spec: s})
+		}
+	}
 	// The decision is constant between the bounds of the ranges, so the
 	// ports where a range starts or ends decide for all.
 	ports := []uint16{1}
-	for i := range p.entries {
-		for _, r := range p.entries[i].ports {
+	for _, c := range cands {
+		for _, r := range c.e.ports {
 			ports = append(ports, r.From)
 			if r.To < 65535 {
 				ports = append(ports, r.To+1)
 			}
 		}
 	}
-	for _, port := range ports {
+	slices.Sort(ports)
+	for _, port := range slices.Compact(ports) {
 		var best match
 		cidrAllow := false
-		for i := range p.entries {
-			e := &p.entries[i]
-			w, ok := narrowest(e.ports, port)
+		for _, c := range cands {
+			w, ok := narrowest(c.e.ports, port)
 			if !ok {
 				continue
 			}
-			if e.domain == "" {
-				cidrAllow = cidrAllow || e.action == Allow
+			if c.e.domain == "" {
+				cidrAllow = true
 				continue
 			}
-			exact, labels, ok := domainMatch(e.domain, n)
-			if !ok {
-				continue
-			}
-			m := match{e: e, spec: spec{rank: 2, length: labels, width: w}}
-			if exact {
-				m.spec.rank = 3
-			}
+			m := match{e: c.e, spec: c.spec}
+			m.spec.width = w
 			if m.better(best) {
 				best = m
 			}

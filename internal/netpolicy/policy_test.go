@@ -38,7 +38,7 @@ func mustCatalogue(t *testing.T) *Catalogue {
 	return c
 }
 
-func mustFlag(t *testing.T, cat *Catalogue, flag string) *Policy {
+func mustFlag(t testing.TB, cat *Catalogue, flag string) *Policy {
 	t.Helper()
 	f, err := ParseNetworkFlag(flag)
 	if err != nil {
@@ -269,5 +269,61 @@ func TestSpecial(t *testing.T) {
 		if c, ok := Special(ip(s)); ok {
 			t.Errorf("Special(%s) = %q, true, want false", s, c)
 		}
+	}
+}
+
+// worstPolicy is a policy at the bounds, every rule matching one name:
+// what a hostile sandbox owner could make the resolver and the proxy run.
+func worstPolicy(tb testing.TB) *Policy {
+	tb.Helper()
+	domains := []string{"a.b.c.example.com", "*.b.c.example.com", "*.c.example.com", "*.example.com"}
+	var spec Spec
+	for i := range MaxRules {
+		a := Allow
+		if i%2 == 1 {
+			a = Deny
+		}
+		p := uint16(1 + i*200)
+		spec.Rules = append(spec.Rules, Rule{Action: a, Domain: domains[i%4], Ports: []PortRange{{p, p + uint16(i%7)*50}}})
+	}
+	p, err := Compile(spec, Builtin())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+func TestBounds(t *testing.T) {
+	p := worstPolicy(t)
+	if !p.AllowName("a.b.c.example.com") {
+		t.Errorf("worst policy: AllowName = false, want true")
+	}
+	spec := p.Spec()
+	spec.Rules = append(spec.Rules[:255], Rule{Action: Allow, Domain: "x.example.com", Ports: []PortRange{{1, 1}, {3, 3}}})
+	if _, err := Compile(spec, Builtin()); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "network rule 256 (allow \"x.example.com:1+3\"): more than 256 port ranges") {
+		t.Errorf("Compile(257 port ranges) = %v, want InvalidArgument naming rule 256", err)
+	}
+}
+
+func BenchmarkAllowNameWorst(b *testing.B) {
+	p := worstPolicy(b)
+	for b.Loop() {
+		p.AllowName("a.b.c.example.com")
+	}
+}
+
+func BenchmarkDecideWorst(b *testing.B) {
+	p := worstPolicy(b)
+	d := Dest{Addr: ip("151.101.0.223"), Port: 30001, Name: "a.b.c.example.com", Resolved: []string{"a.b.c.example.com"}}
+	for b.Loop() {
+		p.Decide(d)
+	}
+}
+
+func BenchmarkDecidePypi(b *testing.B) {
+	p := mustFlag(b, Builtin(), "allow=pypi,github,deny=npm")
+	d := Dest{Addr: ip("151.101.0.223"), Port: 443, Name: "files.pythonhosted.org", Resolved: []string{"files.pythonhosted.org"}}
+	for b.Loop() {
+		p.Decide(d)
 	}
 }

@@ -113,6 +113,7 @@ func checkPorts(ports []PortRange) ([]PortRange, error) {
 const (
 	MaxRules    = 256     // rules in a policy
 	MaxPorts    = 64      // port ranges in a rule or a service
+	MaxAllPorts = 256     // port ranges in all the rules of a policy
 	MaxDomains  = 256     // domains of a service
 	MaxCIDRs    = 256     // CIDRs of a service
 	MaxServices = 256     // services of a catalogue
