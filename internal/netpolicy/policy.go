@@ -430,16 +430,12 @@ func (p *Policy) AllowName(name string) bool {
 	}
 	// The entries that could decide for the name: those of its domain, and
 	// the CIDR allows (its addresses may lie in them).
-	type cand struct {
-		e    *entry
-		spec spec // without the width
-	}
-	var cands []cand
+	var cands []match // their spec without the width
 	for i := range p.entries {
 		e := &p.entries[i]
 		if e.domain == "" {
 			if e.action == Allow {
-				cands = append(cands, cand{e: e})
+				cands = append(cands, match{e: e})
 			}
 			continue
 		}
@@ -448,7 +444,7 @@ func (p *Policy) AllowName(name string) bool {
 			if exact {
 				s.rank = 3
 			}
-			cands = append(cands, cand{e: e, spec: s})
+			cands = append(cands, match{e: e, spec: s})
 		}
 	}
 	// The decision is constant between the bounds of the ranges, so the
@@ -475,7 +471,7 @@ func (p *Policy) AllowName(name string) bool {
 				cidrAllow = true
 				continue
 			}
-			m := match{e: c.e, spec: c.spec}
+			m := c
 			m.spec.width = w
 			if m.better(best) {
 				best = m

@@ -81,6 +81,7 @@ func TestDecide(t *testing.T) {
 		{"allowed SNI, address the name did not resolve to", "allow=pypi", builtin, Dest{Addr: ip(pub2), Port: 443, Name: "pypi.org", Resolved: []string{"github.com"}}, want{false, 0, ""}, ReasonNoRule},
 		{"allowed SNI, address never resolved", "allow=pypi", builtin, Dest{Addr: ip(pub2), Port: 443, Name: "pypi.org"}, want{false, 0, ""}, ReasonNoRule},
 		{"denied SNI on an allowed name's address", "allow=pypi", builtin, Dest{Addr: ip(pub), Port: 443, Name: "evil.com", Resolved: []string{"pypi.org", "evil.com"}}, want{false, 0, ""}, ReasonNoRule},
+		{"Host header an IP literal", "allow=pypi", builtin, Dest{Addr: ip(pub), Port: 443, Name: pub, Resolved: []string{pub}}, want{false, 0, ""}, ReasonNoRule},
 		{"raw IP never resolved", "allow=pypi", builtin, Dest{Addr: ip(pub), Port: 443}, want{false, 0, ""}, ReasonNoRule},
 		{"UDP to an allowed name", "allow=pypi", builtin, Dest{Addr: ip(pub), Port: 443, Protocol: UDP, Resolved: []string{"pypi.org"}}, want{false, 0, ""}, ReasonNoRule},
 		{"npm denied by rule", "allow=pypi,deny=npm", builtin, Dest{Addr: ip(pub2), Port: 443, Name: "registry.npmjs.org", Resolved: []string{"registry.npmjs.org"}}, want{false, 2, "denied by rule 2 (deny npm)"}, ReasonRule},
