@@ -9,8 +9,8 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 )
@@ -222,6 +222,10 @@ func ParseCatalogue(name string, data []byte) (*Catalogue, error) {
 		if err := checkServiceName(sn); err != nil {
 			return nil, bad("[%s]: %s", key, err.Error())
 		}
+		switch sn {
+		case string(Allow), string(Deny), string(ModeNone), string(ModeOpen), "policy":
+			return nil, bad("[%s]: %s is a word of the --network value: name the service otherwise", key, sn)
+		}
 		if sn == ServiceAPI {
 			return nil, bad("[%s]: %s is the platform's own API and cannot be redefined", key, ServiceAPI)
 		}
@@ -326,7 +330,14 @@ func portValue(v any) (PortRange, error) {
 // words on the file's text, with no host path in them.
 func tomlMessage(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
-	return strconv.QuoteToASCII(s)[1 : len(strconv.QuoteToASCII(s))-1]
+	s = strings.TrimPrefix(s, "toml: ")
+	s = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, s)
+	return clip(s, 200)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -57,6 +57,9 @@ func ParseNetworkFlag(s string) (NetworkFlag, error) {
 	}
 	var action Action
 	for i, tok := range strings.Split(rest, ",") {
+		if tok == string(Allow) || tok == string(Deny) {
+			return NetworkFlag{}, invalid("--network %q: write %s=TARGET", tok, tok)
+		}
 		if k, v, ok := strings.Cut(tok, "="); ok {
 			switch Action(k) {
 			case Allow, Deny:
@@ -327,10 +330,27 @@ func checkJSON(data []byte, what string) error {
 	}
 }
 
+// article returns "a string", "an array".
+func article(kind string) string {
+	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) {
+		return "an " + kind
+	}
+	return "a " + kind
+}
+
 // jsonProblem returns encoding/json's words on the user's document: its
 // own text about the JSON, with no host path in it.
 func jsonProblem(e error) string {
-	s := e.Error()
-	s = strings.TrimPrefix(s, "json: ")
-	return clip(s, 200)
+	var te *json.UnmarshalTypeError
+	if errors.As(e, &te) {
+		if te.Field == "" {
+			return article(te.Value) + " is not allowed at the top: want an object"
+		}
+		return "field " + strconv.QuoteToASCII(clip(te.Field, 80)) + ": " + article(te.Value) + " is not allowed there"
+	}
+	var se *json.SyntaxError
+	if errors.As(e, &se) {
+		return se.Error() + " at byte " + strconv.FormatInt(se.Offset, 10)
+	}
+	return clip(strings.TrimPrefix(e.Error(), "json: "), 200)
 }

@@ -432,7 +432,7 @@ func normalizeDomainRule(s string) (string, error) {
 		return "", err
 	}
 	if !strings.Contains(n, ".") {
-		return "", invalid("domain %.80q: name at least two labels (example.com, *.example.com)", s)
+		return "", invalid("domain %.80q: a domain has at least two labels (example.com, *.example.com)", s)
 	}
 	if wild {
 		return "*." + n, nil
