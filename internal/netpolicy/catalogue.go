@@ -96,10 +96,17 @@ func Builtin() *Catalogue {
 	return c
 }
 
-// Service returns the entry named name.
-func (c *Catalogue) Service(name string) (*Service, bool) {
+// Service returns a copy of the entry named name.
+func (c *Catalogue) Service(name string) (Service, bool) {
 	s, ok := c.services[name]
-	return s, ok
+	if !ok {
+		return Service{}, false
+	}
+	out := *s
+	out.Domains = slices.Clone(s.Domains)
+	out.CIDRs = slices.Clone(s.CIDRs)
+	out.Ports = slices.Clone(s.Ports)
+	return out, true
 }
 
 // Services returns the names of the services, sorted.

@@ -43,8 +43,12 @@ func TestBuiltin(t *testing.T) {
 	if !cmp.Equal(pypi.Domains, []string{"pypi.org", "files.pythonhosted.org"}) || !cmp.Equal(pypi.Ports, []PortRange{{443, 443}}) {
 		t.Errorf("pypi = %+v", pypi)
 	}
-	// Builtin returns a fresh value: changing one does not change another.
+	// Service returns a copy, and Builtin a fresh value: changing one does
+	// not change another.
 	pypi.Domains[0] = "evil.com"
+	if p2, _ := c.Service("pypi"); p2.Domains[0] != "pypi.org" {
+		t.Errorf("Service shares its entry: pypi.Domains[0] = %q", p2.Domains[0])
+	}
 	if p2, _ := Builtin().Service("pypi"); p2.Domains[0] != "pypi.org" {
 		t.Errorf("Builtin shares its entries: pypi.Domains[0] = %q", p2.Domains[0])
 	}
@@ -150,7 +154,7 @@ func TestLoadCatalogue(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadCatalogue = %v", err)
 	}
-	if s, _ := c.Service("mirror"); s == nil {
+	if _, ok := c.Service("mirror"); !ok {
 		t.Errorf("LoadCatalogue lost the mirror")
 	}
 	if _, err := LoadCatalogue(filepath.Join(dir, "missing.toml")); !errors.Is(err, os.ErrNotExist) {

@@ -128,7 +128,7 @@ rules:
 			p.entries = append(p.entries, e)
 			continue
 		}
-		svc, ok := cat.Service(r.Service)
+		svc, ok := cat.services[r.Service]
 		if !ok {
 			return nil, ruleError(i, r, invalid("unknown service: the services are %s; or name a domain or a CIDR", strings.Join(cat.Services(), ", ")))
 		}
