@@ -44,6 +44,9 @@ var layers = []layer{
 		"internal/layering",
 		"internal/lazyregexp",
 		"internal/metrics",
+		// The network policy model and the catalogue (pure: the
+		// standard library, errdefs and TOML).
+		"internal/netpolicy",
 		"internal/project",
 		"internal/reqlimit",
 		"internal/streams",
