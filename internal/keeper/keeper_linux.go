@@ -197,6 +197,10 @@ func (k *Keeper) serve(ctx context.Context, stop func()) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	k.log.Info("keeper ready", "socket", sock, "runtime", k.cfg.Runtime, "pid", os.Getpid())
+	// Find the sealed execs' busybox while the node is calm, not at the
+	// first sealed exec, which may come while sandboxes exhaust the host's
+	// processes or files.
+	go func() { _, _, _ = findSealTools() }()
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

@@ -81,12 +81,20 @@ func findSealTools() (string, []string, error) {
 	if sealTools.path != "" {
 		return sealTools.path, sealTools.applets, nil
 	}
+	failed := "" // a busybox that is there but could not be read or run now
 	for _, p := range sealBusyboxPaths {
-		if checkStatic(p) != nil {
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if err := checkStatic(p); err != nil {
+			if !errdefs.Is(err, errdefs.ErrFailedPrecondition) {
+				failed = p // not read (out of files?), not known to be dynamic
+			}
 			continue
 		}
 		out, err := exec.Command(p, "--list").Output()
 		if err != nil {
+			failed = p // out of processes or memory, say
 			continue
 		}
 		var applets []string
@@ -97,6 +105,12 @@ func findSealTools() (string, []string, error) {
 		}
 		sealTools.path, sealTools.applets = p, applets
 		return p, applets, nil
+	}
+	if failed != "" {
+		// Not "install it": it is there. Nothing is cached, the next
+		// sealed exec tries again.
+		return "", nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrUnavailable,
+			"sealed execs: the node's busybox %s could not be read or run just now (the node may be short of processes, memory or files): retry", failed), time.Second)
 	}
 	return "", nil, errdefs.Newf(errdefs.ErrFailedPrecondition,
 		"sealed execs need a static busybox on the node (%s): install Debian's busybox-static", strings.Join(sealBusyboxPaths, ", "))

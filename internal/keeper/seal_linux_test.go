@@ -1,9 +1,13 @@
 package keeper
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/dsecproject/dsec/internal/errdefs"
 )
 
 func TestSealedEnv(t *testing.T) {
@@ -22,5 +26,49 @@ func TestSealedEnv(t *testing.T) {
 				t.Errorf("sealedEnv(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// A busybox that is there but does not run now (here: not executable; on
+// a busy node: no processes or files left) is Unavailable, to retry, not
+// "install busybox-static"; none at all is FailedPrecondition. Neither is
+// cached (issue 13: a sealed exec under load told the user to install a
+// package that was installed).
+func TestSealToolsNotRunnable(t *testing.T) {
+	src, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatalf("%v: install busybox-static (scripts/lib.sh does)", err)
+	}
+	dir := t.TempDir()
+	bb := filepath.Join(dir, "busybox")
+	if err := os.WriteFile(bb, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved := sealBusyboxPaths
+	t.Cleanup(func() {
+		sealBusyboxPaths = saved
+		sealTools.mu.Lock()
+		sealTools.path, sealTools.applets = "", nil
+		sealTools.mu.Unlock()
+	})
+	sealTools.mu.Lock()
+	sealTools.path, sealTools.applets = "", nil
+	sealTools.mu.Unlock()
+	sealBusyboxPaths = []string{filepath.Join(dir, "none"), bb}
+	if _, _, err := findSealTools(); !errdefs.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("findSealTools with a busybox that cannot run = %v, want Unavailable", err)
+	}
+	if err := os.Chmod(bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if p, applets, err := findSealTools(); err != nil || p != bb || len(applets) == 0 {
+		t.Errorf("findSealTools once it runs = %q, %d applets, %v; want it found (nothing cached from the failure)", p, len(applets), err)
+	}
+	sealTools.mu.Lock()
+	sealTools.path, sealTools.applets = "", nil
+	sealTools.mu.Unlock()
+	sealBusyboxPaths = []string{filepath.Join(dir, "none")}
+	if _, _, err := findSealTools(); !errdefs.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("findSealTools with no busybox = %v, want FailedPrecondition", err)
 	}
 }
