@@ -69,6 +69,7 @@ var layers = []layer{
 		"internal/layer",
 		"internal/lazyfs",
 		"internal/netdns",
+		"internal/netns",
 		"internal/nsexec",
 		"internal/oci",
 		"internal/ociimport",

@@ -1,0 +1,34 @@
+//go:build !linux
+
+package netns
+
+import (
+	"errors"
+	"net/netip"
+)
+
+// Router is unsupported off Linux.
+type Router struct{}
+
+// Open returns errors.ErrUnsupported off Linux.
+func Open(dir string, pool netip.Prefix) (*Router, error) { return nil, errors.ErrUnsupported }
+
+// Attach returns errors.ErrUnsupported off Linux.
+func (r *Router) Attach(id, sandboxNS string) (Link, error) { return Link{}, errors.ErrUnsupported }
+
+// Detach returns errors.ErrUnsupported off Linux.
+func (r *Router) Detach(id string) error { return errors.ErrUnsupported }
+
+// Links returns nil off Linux.
+func (r *Router) Links() []Link { return nil }
+
+// Sweep returns errors.ErrUnsupported off Linux.
+func (r *Router) Sweep(keep func(id string) bool) ([]string, error) {
+	return nil, errors.ErrUnsupported
+}
+
+// Close returns errors.ErrUnsupported off Linux.
+func (r *Router) Close() error { return errors.ErrUnsupported }
+
+// Destroy returns errors.ErrUnsupported off Linux.
+func (r *Router) Destroy() error { return errors.ErrUnsupported }
