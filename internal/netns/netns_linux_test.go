@@ -165,7 +165,10 @@ func open(t *testing.T, dir string, pool netip.Prefix) *Router {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() {
-		if r.closed {
+		r.mu.Lock()
+		closed := r.closed
+		r.mu.Unlock()
+		if closed {
 			return
 		}
 		if err := r.Destroy(); err != nil {
@@ -232,6 +235,21 @@ func TestAttachMany(t *testing.T) {
 		}
 	}
 
+	// Everything else a sandbox sends goes to its router end, where the
+	// node's proxy will take it.
+	if err := run(t, paths[0], func() error {
+		rs, err := netlink.RouteGet(net.IPv4(192, 0, 2, 1))
+		if err != nil {
+			return err
+		}
+		if len(rs) != 1 || !rs[0].Gw.Equal(links[0].RouterAddr.AsSlice()) {
+			return fmt.Errorf("route to 192.0.2.1 = %v, want via %v", rs, links[0].RouterAddr)
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("sandbox 0: %v", err)
+	}
+
 	// Another sandbox's address is unreachable, though it listens.
 	peer := listen(t, paths[1], "0.0.0.0:0")
 	to := netip.AddrPortFrom(links[1].SandboxAddr, uint16(peer.Addr().(*net.TCPAddr).Port))
@@ -254,19 +272,45 @@ func TestAttachMany(t *testing.T) {
 
 	// A sandbox that takes another's address cannot send from it: the
 	// router's reverse-path filter drops what does not match its link.
+	// (TCP would fail anyway, as the answer goes to the other link; UDP
+	// shows the datagram itself is dropped.)
+	var pc net.PacketConn
+	if err := run(t, r.path, func() (err error) {
+		pc, err = net.ListenPacket("udp4", "0.0.0.0:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	udp := netip.AddrPortFrom(links[2].RouterAddr, uint16(pc.LocalAddr().(*net.UDPAddr).Port))
+	if !sendUDP(t, paths[2], pc, udp) {
+		t.Fatalf("sandbox 2's datagram from its own address did not reach the router")
+	}
 	spoof(t, paths[2], links[1].SandboxAddr, links[2].RouterAddr)
-	if err := dial(t, paths[2], netip.AddrPortFrom(links[2].RouterAddr, port), 300*time.Millisecond); err == nil {
+	if sendUDP(t, paths[2], pc, udp) {
 		t.Errorf("sandbox 2, claiming sandbox 1's address, reached the router")
 	}
 
+	// Half one by one, half at once.
 	start = time.Now()
-	for i, l := range links {
+	for i, l := range links[:n/2] {
 		if err := r.Detach(l.ID); err != nil {
 			t.Fatalf("Detach(%d) = %v", i, err)
 		}
 	}
-	detach := time.Since(start) / n
-	t.Logf("per sandbox: attach %v, detach %v", attach, detach)
+	detach := time.Since(start) / (n / 2)
+	start = time.Now()
+	errs := make(chan error, n)
+	for _, l := range links[n/2:] {
+		go func() { errs <- r.Detach(l.ID) }()
+	}
+	for range links[n/2:] {
+		if err := <-errs; err != nil {
+			t.Errorf("Detach = %v", err)
+		}
+	}
+	detachConc := time.Since(start) / (n - n/2)
+	t.Logf("per sandbox: attach %v, detach %v one by one, %v each when %d run at once", attach, detach, detachConc, n-n/2)
 
 	for i, p := range paths {
 		if got, want := sandboxLinks(t, p), []string{"lo"}; !cmp.Equal(got, want) {
@@ -279,6 +323,26 @@ func TestAttachMany(t *testing.T) {
 	if err := r.Detach(links[0].ID); err != nil {
 		t.Errorf("second Detach = %v, want nil", err)
 	}
+}
+
+// sendUDP sends a datagram from the namespace at path to the router's
+// socket pc at to, and reports whether pc got it within 300 ms.
+func sendUDP(t *testing.T, path string, pc net.PacketConn, to netip.AddrPort) bool {
+	t.Helper()
+	if err := run(t, path, func() error {
+		c, err := net.Dial("udp4", to.String())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("x"))
+		return err
+	}); err != nil {
+		t.Fatalf("send from %s: %v", path, err)
+	}
+	pc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, _, err := pc.ReadFrom(make([]byte, 16))
+	return err == nil
 }
 
 // spoof gives the namespace at path addr instead of its own, as a hostile
@@ -445,7 +509,7 @@ func TestNamesAndBounds(t *testing.T) {
 	for _, tc := range []struct{ id, ns string }{
 		{"", filepath.Join(dir, "c")},
 		{strings.Repeat("y", MaxIDLen+1), filepath.Join(dir, "c")},
-		{"host", "/proc/self/ns/net"},
+		{"host", fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())},
 		{"router", r.path},
 		{"file", filepath.Join(dir, "plain")},
 	} {
