@@ -46,8 +46,13 @@ type Router struct {
 	// slots is the number of /31 pairs in pool.
 	slots uint32
 
+	// inflight counts Detach calls removing a link outside mu; Close and
+	// Destroy wait for them before closing ns and h.
+	inflight sync.WaitGroup
+
 	mu sync.Mutex
-	// The fields below are guarded by mu.
+	// The fields below are guarded by mu; ns and h are not changed while
+	// open, and may be used without mu once taken under it.
 	ns     vnetns.NsHandle
 	h      *netlink.Handle
 	closed bool
@@ -60,6 +65,9 @@ type Router struct {
 type record struct {
 	slot uint32
 	name string
+	// detaching is set while Detach removes the link; the slot stays
+	// taken until it is gone.
+	detaching bool
 }
 
 // Open creates the router namespace as dir/router, or reopens the one there
@@ -106,7 +114,10 @@ func Open(dir string, pool netip.Prefix) (*Router, error) {
 		used:  make(map[uint32]string),
 	}
 	if err := r.setup(); err != nil {
-		r.Close()
+		if r.h != nil {
+			r.h.Close()
+		}
+		ns.Close()
 		return nil, err
 	}
 	return r, nil
@@ -126,6 +137,9 @@ func (r *Router) setup() error {
 			"ipv4/conf/all/forwarding":    "0",
 			"ipv4/conf/all/rp_filter":     "1",
 			"ipv4/conf/default/rp_filter": "1",
+			// IPv4 only for now: router ends take no IPv6 at all.
+			"ipv6/conf/all/forwarding":       "0",
+			"ipv6/conf/default/disable_ipv6": "1",
 		} {
 			if err := os.WriteFile("/proc/sys/net/"+file, []byte(v), 0); err != nil {
 				return err
@@ -250,7 +264,13 @@ func (r *Router) Attach(id, sandboxNS string) (Link, error) {
 	if same, err := sameNS(sb, r.ns); err != nil || same {
 		return Link{}, fmt.Errorf("attach sandbox %s: its namespace is the router's: %w", id, errdefs.ErrInvalidArgument)
 	}
-	host, err := vnetns.GetFromPath("/proc/self/ns/net")
+	// The calling thread's namespace is the host's: threads change
+	// namespace only in inNS and createNS, which discard them. (Not
+	// /proc/self: when such a thread is the main one, Go parks it rather
+	// than ending it, and the process's namespace then reads as that one.)
+	runtime.LockOSThread()
+	host, err := vnetns.GetFromPath("/proc/thread-self/ns/net")
+	runtime.UnlockOSThread()
 	if err != nil {
 		return Link{}, fmt.Errorf("attach sandbox %s: open the host's network namespace: %w", id, err)
 	}
@@ -266,6 +286,13 @@ func (r *Router) Attach(id, sandboxNS string) (Link, error) {
 		r.forget(id) // its namespace died and took the pair with it
 	}
 	slot, ok := r.freeSlot()
+	if !ok {
+		// Records of sandboxes whose namespaces died may hold slots.
+		if _, err := r.resync(); err != nil {
+			return Link{}, fmt.Errorf("attach sandbox %s: %w", id, err)
+		}
+		slot, ok = r.freeSlot()
+	}
 	if !ok {
 		return Link{}, fmt.Errorf("attach sandbox %s: all %d network links of this node are in use: delete sandboxes with network or give the node a larger pool: %w",
 			id, r.slots, errdefs.ErrResourceExhausted)
@@ -325,10 +352,6 @@ func (r *Router) configure(l Link, sb vnetns.NsHandle) error {
 	if err := r.h.LinkSetAlias(rl, aliasPrefix+l.ID); err != nil {
 		return fmt.Errorf("router end: set alias: %w", err)
 	}
-	// No IPv6 link-local address on either end: IPv4 only for now.
-	if err := r.h.LinkSetIP6AddrGenMode(rl, nl.IN6_ADDR_GEN_MODE_NONE); err != nil {
-		return fmt.Errorf("router end: disable IPv6 addresses: %w", err)
-	}
 	if err := r.h.AddrAdd(rl, &netlink.Addr{IPNet: &net.IPNet{IP: l.RouterAddr.AsSlice(), Mask: mask}}); err != nil {
 		return fmt.Errorf("router end: add address: %w", err)
 	}
@@ -348,6 +371,8 @@ func (r *Router) configure(l Link, sb vnetns.NsHandle) error {
 	if err != nil {
 		return fmt.Errorf("find sandbox end: %w", err)
 	}
+	// No IPv6 link-local address in the sandbox: IPv4 only for now (the
+	// router end has IPv6 disabled).
 	if err := sh.LinkSetIP6AddrGenMode(sl, nl.IN6_ADDR_GEN_MODE_NONE); err != nil {
 		return fmt.Errorf("sandbox end: disable IPv6 addresses: %w", err)
 	}
@@ -384,18 +409,37 @@ func (r *Router) link(id, name string, slot uint32) Link {
 }
 
 // Detach removes the sandbox's link, both ends. Detaching a sandbox that
-// has no link is not an error.
+// has no link is not an error. The kernel takes some 20 ms to remove a link
+// (it waits for an RCU grace period), so Detach does it on a handle of its
+// own without holding r's lock: concurrent Detach calls overlap.
 func (r *Router) Detach(id string) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	rec, ok := r.links[id]
-	if !ok || r.closed {
+	if !ok || r.closed || rec.detaching {
+		r.mu.Unlock()
 		return nil
 	}
-	if err := delLink(r.h, rec.name); err != nil {
+	rec.detaching = true
+	ns := r.ns
+	r.inflight.Add(1)
+	r.mu.Unlock()
+	defer r.inflight.Done()
+
+	h, err := netlink.NewHandleAt(ns)
+	if err == nil {
+		err = delLink(h, rec.name)
+		h.Close()
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		rec.detaching = false
 		return fmt.Errorf("detach sandbox %s: %w", id, err)
 	}
-	r.forget(id)
+	if r.links[id] == rec {
+		r.forget(id)
+	}
 	return nil
 }
 
@@ -441,31 +485,32 @@ func (r *Router) Sweep(keep func(id string) bool) ([]string, error) {
 // Close releases r's handles; the namespace and its links stay, for the
 // next Open.
 func (r *Router) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.closeLocked()
+	if r.shut() {
+		r.h.Close()
+		r.ns.Close()
+	}
 	return nil
 }
 
-func (r *Router) closeLocked() {
-	if r.closed {
-		return
-	}
+// shut marks r closed and waits for Detach calls in flight. It reports
+// whether r was open.
+func (r *Router) shut() bool {
+	r.mu.Lock()
+	was := !r.closed
 	r.closed = true
-	if r.h != nil {
-		r.h.Close()
-	}
-	r.ns.Close()
+	r.mu.Unlock()
+	r.inflight.Wait()
+	return was && r.h != nil
 }
 
 // Destroy removes every link in the router namespace, then the namespace
 // itself and its file. It is for purge and for tearing a node down.
 func (r *Router) Destroy() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
+	if !r.shut() {
 		return fmt.Errorf("destroy: the node's network router is closed: open it again: %w", errdefs.ErrFailedPrecondition)
 	}
+	defer r.ns.Close()
+	defer r.h.Close()
 	all, err := r.h.LinkList()
 	if err != nil {
 		return fmt.Errorf("destroy: list router links: %w", err)
@@ -480,10 +525,11 @@ func (r *Router) Destroy() error {
 			return fmt.Errorf("destroy: remove link %s: %w", l.Attrs().Name, err)
 		}
 	}
+	r.mu.Lock()
 	for id := range r.links {
 		r.forget(id)
 	}
-	r.closeLocked()
+	r.mu.Unlock()
 	if err := unix.Unmount(r.path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("destroy: unmount router namespace: %w", err)
 	}

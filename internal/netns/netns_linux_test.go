@@ -393,9 +393,13 @@ func routerLinks(t *testing.T, r *Router) []string {
 func TestRouterSysctls(t *testing.T) {
 	dir := setup(t)
 	r := open(t, dir, netip.Prefix{})
+	l, err := r.Attach("sb", sandboxNS(t, dir, "sb"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := map[string]string{}
 	if err := inNS(r.ns, func() error {
-		for _, f := range []string{"ipv4/ip_forward", "ipv4/conf/all/rp_filter"} {
+		for _, f := range []string{"ipv4/ip_forward", "ipv4/conf/all/rp_filter", "ipv6/conf/" + l.RouterName + "/disable_ipv6"} {
 			b, err := os.ReadFile("/proc/sys/net/" + f)
 			if err != nil {
 				return err
@@ -406,7 +410,7 @@ func TestRouterSysctls(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"ipv4/ip_forward": "0", "ipv4/conf/all/rp_filter": "1"}
+	want := map[string]string{"ipv4/ip_forward": "0", "ipv4/conf/all/rp_filter": "1", "ipv6/conf/" + l.RouterName + "/disable_ipv6": "1"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("router sysctls (-want +got):\n%s", diff)
 	}
