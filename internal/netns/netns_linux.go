@@ -539,6 +539,33 @@ func (r *Router) Destroy() error {
 	return nil
 }
 
+// Remove destroys the router namespace in dir, if there is one, with every
+// link in it; unlike Open it creates nothing. It is for dsec purge.
+func Remove(dir string) error {
+	path := filepath.Join(dir, routerFile)
+	isNS, err := isNSMount(path)
+	if err != nil {
+		return err
+	}
+	if !isNS {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove stale router namespace file: %w", err)
+		}
+		return nil
+	}
+	ns, err := vnetns.GetFromPath(path)
+	if err != nil {
+		return fmt.Errorf("open router namespace: %w", err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		ns.Close()
+		return fmt.Errorf("netlink in router namespace: %w", err)
+	}
+	r := &Router{path: path, ns: ns, h: h, links: map[string]*record{}, names: map[string]string{}, used: map[uint32]string{}}
+	return r.Destroy()
+}
+
 // linkName is the router-side name for id: the prefix and 12 hex digits of
 // a hash of id and n, so that IDs of any length give names within IFNAMSIZ.
 func linkName(id string, n int) string {

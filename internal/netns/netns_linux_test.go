@@ -526,3 +526,29 @@ func TestNamesAndBounds(t *testing.T) {
 		}
 	}
 }
+
+func TestRemove(t *testing.T) {
+	dir := setup(t)
+	run := filepath.Join(dir, "run")
+	if err := Remove(run); err != nil {
+		t.Fatalf("Remove with no router = %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(run, routerFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Remove made a router namespace: %v", err)
+	}
+	r := open(t, dir, netip.Prefix{})
+	sb := sandboxNS(t, dir, "sb")
+	if _, err := r.Attach("sb", sb); err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // as after a crash: purge finds it there
+	if err := Remove(run); err != nil {
+		t.Fatalf("Remove = %v", err)
+	}
+	if got := sandboxLinks(t, sb); !cmp.Equal(got, []string{"lo"}) {
+		t.Errorf("links in the sandbox after Remove = %v, want [lo]", got)
+	}
+	if _, err := os.Stat(filepath.Join(run, routerFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("router namespace file after Remove: %v", err)
+	}
+}

@@ -32,3 +32,6 @@ func (r *Router) Close() error { return errors.ErrUnsupported }
 
 // Destroy returns errors.ErrUnsupported off Linux.
 func (r *Router) Destroy() error { return errors.ErrUnsupported }
+
+// Remove returns errors.ErrUnsupported off Linux.
+func Remove(dir string) error { return errors.ErrUnsupported }
