@@ -552,3 +552,29 @@ func TestRemove(t *testing.T) {
 		t.Errorf("router namespace file after Remove: %v", err)
 	}
 }
+
+// BenchmarkAttachDetach is the plumbing's cost per sandbox with network:
+// one Attach and one Detach, one at a time.
+func BenchmarkAttachDetach(b *testing.B) {
+	testenv.RequireRoot(b)
+	dir := b.TempDir()
+	r, err := Open(filepath.Join(dir, "run"), netip.Prefix{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Destroy()
+	p := filepath.Join(dir, "sb")
+	if err := createNS(p); err != nil {
+		b.Fatal(err)
+	}
+	defer os.Remove(p)
+	defer unix.Unmount(p, unix.MNT_DETACH)
+	for b.Loop() {
+		if _, err := r.Attach("sb", p); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.Detach("sb"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
