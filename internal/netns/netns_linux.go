@@ -255,7 +255,29 @@ func (r *Router) Attach(id, sandboxNS string) (Link, error) {
 		return Link{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	defer sb.Close()
+	return r.attach(id, sb)
+}
 
+// AttachFd is Attach for a namespace given as an open file descriptor (of
+// /proc/PID/ns/net, say, opened while the sandbox's init was known to be
+// PID), which is safer than a path that can be reused. It does not close fd.
+func (r *Router) AttachFd(id string, fd int) (Link, error) {
+	if err := validID(id); err != nil {
+		return Link{}, err
+	}
+	sb, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return Link{}, fmt.Errorf("sandbox %s: network namespace fd: %w", id, errdefs.ErrInvalidArgument)
+	}
+	ns := vnetns.NsHandle(sb)
+	defer ns.Close()
+	if t, err := unix.IoctlRetInt(sb, unix.NS_GET_NSTYPE); err != nil || t != unix.CLONE_NEWNET {
+		return Link{}, fmt.Errorf("sandbox %s: fd %d is not a network namespace: %w", id, fd, errdefs.ErrInvalidArgument)
+	}
+	return r.attach(id, ns)
+}
+
+func (r *Router) attach(id string, sb vnetns.NsHandle) (Link, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {

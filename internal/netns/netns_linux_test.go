@@ -506,7 +506,12 @@ func TestNamesAndBounds(t *testing.T) {
 		t.Errorf("names %q and %q: want distinct, at most 15 bytes, not the taken one", a.RouterName, b.RouterName)
 	}
 
-	_, err = r.Attach("c", sandboxNS(t, dir, "c"))
+	cf, err := os.Open(sandboxNS(t, dir, "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cf.Close()
+	_, err = r.AttachFd("c", int(cf.Fd()))
 	if !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("Attach beyond the pool = %v, want ResourceExhausted", err)
 	}
@@ -523,6 +528,31 @@ func TestNamesAndBounds(t *testing.T) {
 		}
 		if _, err := r.Attach(tc.id, tc.ns); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("Attach(%.20q, %s) = %v, want InvalidArgument", tc.id, tc.ns, err)
+		}
+	}
+
+	// By fd: a namespace works, anything else is refused.
+	if err := r.Detach(a.ID); err != nil {
+		t.Fatal(err)
+	}
+	l, err := r.AttachFd("c", int(cf.Fd()))
+	if err != nil {
+		t.Fatalf("AttachFd = %v", err)
+	}
+	if got := sandboxLinks(t, cf.Name()); !cmp.Equal(got, []string{"lo", SandboxIfName}) {
+		t.Errorf("links after AttachFd = %v, want [lo eth0]", got)
+	}
+	if err := r.Detach(l.ID); err != nil {
+		t.Fatal(err)
+	}
+	pf, err := os.Open(filepath.Join(dir, "plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	for _, fd := range []int{int(pf.Fd()), -1} {
+		if _, err := r.AttachFd("d", fd); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("AttachFd(%d) = %v, want InvalidArgument", fd, err)
 		}
 	}
 }

@@ -16,6 +16,9 @@ func Open(dir string, pool netip.Prefix) (*Router, error) { return nil, errors.E
 // Attach returns errors.ErrUnsupported off Linux.
 func (r *Router) Attach(id, sandboxNS string) (Link, error) { return Link{}, errors.ErrUnsupported }
 
+// AttachFd returns errors.ErrUnsupported off Linux.
+func (r *Router) AttachFd(id string, fd int) (Link, error) { return Link{}, errors.ErrUnsupported }
+
 // Detach returns errors.ErrUnsupported off Linux.
 func (r *Router) Detach(id string) error { return errors.ErrUnsupported }
 
