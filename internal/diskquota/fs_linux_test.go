@@ -1,7 +1,6 @@
 package diskquota
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -190,7 +189,7 @@ func testDir(t *testing.T) string {
 		}
 	}
 	t.Cleanup(func() {
-		if m := mountsUnder(t, dir); len(m) > 0 {
+		if m := testenv.MountsUnder(t, dir); len(m) > 0 {
 			t.Errorf("mounts left under %s: %q", dir, m)
 			for i := len(m) - 1; i >= 0; i-- {
 				unix.Unmount(m[i], unix.MNT_DETACH)
@@ -201,43 +200,6 @@ func testDir(t *testing.T) string {
 		}
 	})
 	return dir
-}
-
-// mountsUnder lists the mount points at or under dir.
-func mountsUnder(t *testing.T, dir string) []string {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var got []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) > 4 {
-			mp := unescapeMountinfo(fields[4])
-			if mp == dir || strings.HasPrefix(mp, dir+"/") {
-				got = append(got, mp)
-			}
-		}
-	}
-	return got
-}
-
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // loopsUnder lists the loop devices bound to a file under dir.
@@ -580,7 +542,7 @@ func TestReopen(t *testing.T) {
 			if err := f.Close(); err != nil {
 				t.Fatalf("Close() = %v", err)
 			}
-			if m := mountsUnder(t, dir); len(m) > 0 {
+			if m := testenv.MountsUnder(t, dir); len(m) > 0 {
 				t.Errorf("mounts after Close: %q", m)
 			}
 			if l := loopsUnder(t, dir); len(l) > 0 {
@@ -626,13 +588,13 @@ func TestReuseMount(t *testing.T) {
 			}
 			d := create(t, first, "a", 0, 0)
 			loops := loopsUnder(t, dir)
-			mounts := mountsUnder(t, dir)
+			mounts := testenv.MountsUnder(t, dir)
 
 			second := open(t, cfg)
 			if got := loopsUnder(t, dir); !cmp.Equal(got, loops) {
 				t.Errorf("loop devices after a second Open = %q, want %q", got, loops)
 			}
-			if got := mountsUnder(t, dir); !cmp.Equal(got, mounts) {
+			if got := testenv.MountsUnder(t, dir); !cmp.Equal(got, mounts) {
 				t.Errorf("mounts after a second Open = %q, want %q", got, mounts)
 			}
 			if got, err := second.List(); err != nil || !cmp.Equal(got, []Dir{d}) {

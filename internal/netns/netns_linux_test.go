@@ -1,7 +1,6 @@
 package netns
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -53,25 +52,6 @@ func readFile(t *testing.T, path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// mountsUnder lists the mount points under dir.
-func mountsUnder(t *testing.T, dir string) []string {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir) {
-			out = append(out, fields[4])
-		}
-	}
-	return out
-}
-
 // setup returns a fresh dir for namespaces and checks, when the test ends,
 // that nothing is left mounted there and that the host is as it was.
 func setup(t *testing.T) string {
@@ -80,7 +60,7 @@ func setup(t *testing.T) string {
 	dir := t.TempDir()
 	before := readHost(t)
 	t.Cleanup(func() {
-		if m := mountsUnder(t, dir); len(m) > 0 {
+		if m := testenv.MountsUnder(t, dir); len(m) > 0 {
 			t.Errorf("left mounted: %v", m)
 			for _, p := range m {
 				unix.Unmount(p, unix.MNT_DETACH)
@@ -178,8 +158,8 @@ func open(t *testing.T, dir string, pool netip.Prefix) *Router {
 	return r
 }
 
-// sandboxLinks lists the links in the namespace at path.
-func sandboxLinks(t *testing.T, path string) []string {
+// handleAt is a netlink handle in the namespace at path.
+func handleAt(t *testing.T, path string) *netlink.Handle {
 	t.Helper()
 	ns, err := vnetns.GetFromPath(path)
 	if err != nil {
@@ -190,6 +170,13 @@ func sandboxLinks(t *testing.T, path string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h
+}
+
+// sandboxLinks lists the links in the namespace at path.
+func sandboxLinks(t *testing.T, path string) []string {
+	t.Helper()
+	h := handleAt(t, path)
 	defer h.Close()
 	ls, err := h.LinkList()
 	if err != nil {
@@ -349,15 +336,7 @@ func sendUDP(t *testing.T, path string, pc net.PacketConn, to netip.AddrPort) bo
 // sandbox with CAP_NET_ADMIN in its namespace could.
 func spoof(t *testing.T, path string, addr, gw netip.Addr) {
 	t.Helper()
-	ns, err := vnetns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := handleAt(t, path)
 	defer h.Close()
 	l, err := h.LinkByName(SandboxIfName)
 	if err != nil {
