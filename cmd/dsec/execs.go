@@ -15,7 +15,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -93,11 +92,7 @@ replay from).`,
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				msgs := make([]*sandboxv1.ExecInfo, len(execs))
-				for i, e := range execs {
-					msgs[i] = execInfoProto(e)
-				}
-				return encodeProtos(out, msgs)
+				return encodeProtos(out, execs, execInfoProto)
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "EXEC ID\tCOMMAND\tSTARTED\tSTATUS\tSTDOUT\tSTDERR")

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -74,11 +73,7 @@ when more were left out.`,
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				msgs := make([]*sandboxv1.FileInfo, len(entries))
-				for i, fi := range entries {
-					msgs[i] = fileInfoProto(fi)
-				}
-				return encodeProtos(out, msgs)
+				return encodeProtos(out, entries, fileInfoProto)
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODE\tOWNER\tSIZE\tMODIFIED\tNAME")

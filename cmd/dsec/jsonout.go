@@ -24,15 +24,16 @@ import (
 // structs are turned back into the messages they came from, never
 // marshaled as Go structs (Go names, nanoseconds).
 
-// encodeProtos writes msgs as an indented JSON array.
-func encodeProtos[M proto.Message](w io.Writer, msgs []M) error {
+// encodeProtos writes items, each as the API message conv makes of it, as
+// an indented JSON array.
+func encodeProtos[T any, M proto.Message](w io.Writer, items []T, conv func(T) M) error {
 	var buf bytes.Buffer
 	buf.WriteByte('[')
-	for i, m := range msgs {
+	for i, it := range items {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		b, err := protojson.Marshal(m)
+		b, err := protojson.Marshal(conv(it))
 		if err != nil {
 			return err
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -54,11 +53,7 @@ and labels. -o json prints the API's own JSON (its field names, durations like
 					fmt.Fprintln(out, sb.ID)
 				}
 			case output == "json":
-				msgs := make([]*sandboxv1.Sandbox, len(sbs))
-				for i, sb := range sbs {
-					msgs[i] = sandboxProto(sb)
-				}
-				return encodeProtos(out, msgs)
+				return encodeProtos(out, sbs, sandboxProto)
 			default:
 				tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tIMAGE\tSTATE\tAGE\tTTL LEFT\tMEMORY\tCPUS\tLABELS")

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -122,11 +121,7 @@ it, the command running now (its exec ID), and when it was made.`,
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				msgs := make([]*sandboxv1.Session, len(sessions))
-				for i, se := range sessions {
-					msgs[i] = sessionProto(se)
-				}
-				return encodeProtos(out, msgs)
+				return encodeProtos(out, sessions, sessionProto)
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSHELL\tCOMMANDS\tRUNNING\tCREATED")
