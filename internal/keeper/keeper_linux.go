@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -326,22 +327,30 @@ func (k *Keeper) exited(b *box, reason string) {
 
 // ProcStartTime reads a process's start time, field 22 of /proc/PID/stat.
 func ProcStartTime(pid int) (uint64, error) {
+	st, _, err := ProcStat(pid)
+	return st, err
+}
+
+// ProcStat reads a process's start time in clock ticks since boot (field
+// 22 of /proc/PID/stat) and its state (field 3: 'R', 'S', 'Z', ...).
+func ProcStat(pid int) (start uint64, state byte, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	// The command name (field 2) may hold spaces and parentheses: the
+	// fields that follow start after its last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+		return 0, 0, fmt.Errorf("parse /proc/%d/stat: no command name", pid)
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	if len(f) < 20 || len(f[0]) != 1 {
+		return 0, 0, fmt.Errorf("parse /proc/%d/stat: too few fields", pid)
 	}
-	var v uint64
-	_, err = fmt.Sscan(f[19], &v)
-	return v, err
+	start, err = strconv.ParseUint(f[19], 10, 64)
+	return start, f[0][0], err
 }
 
 // Takeover replaces the running keeper old with one of self started with

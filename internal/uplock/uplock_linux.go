@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/dsecproject/dsec/internal/keeper"
 )
 
 // Lock is held by the running `dsec up` for its whole life.
@@ -103,25 +103,15 @@ func readRecord(stateDir string) (Record, error) {
 	return rec, err
 }
 
-// StartTime is pid's start time in clock ticks since boot.
+// StartTime is pid's start time in clock ticks since boot; a zombie's is
+// an error (it runs no more).
 func StartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, state, err := keeper.ProcStat(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) may hold spaces and parentheses: the
-	// fields that follow start after its last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	fields := strings.Fields(s[i+1:])
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	if fields[0] == "Z" {
+	if state == 'Z' {
 		return 0, fmt.Errorf("pid %d is a zombie", pid)
 	}
-	return strconv.ParseUint(fields[19], 10, 64)
+	return st, nil
 }
