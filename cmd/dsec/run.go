@@ -211,9 +211,8 @@ func createDetached(ctx context.Context, c *dsec.Client, opts dsec.CreateOptions
 		}
 	}
 	if err == nil && len(failures) == 0 {
-		for _, r := range results {
-			noteClamped(errw, opts, r.Sandbox) // the same for all: once
-			break
+		if len(results) > 0 {
+			noteClamped(errw, opts, results[0].Sandbox) // the same for all: once
 		}
 		for _, id := range made {
 			fmt.Fprintln(out, id)
