@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestRunCountPartialFailure fills a node made small (memory overcommit so
@@ -42,7 +41,7 @@ func TestRunCountPartialFailure(t *testing.T) {
 	// With an idempotency key, a retry of the batch gets the deleted
 	// sandboxes back: dsec says so, and still leaves nothing.
 	keyed := append([]string{"run", "--idempotency-key", "partial-1"}, run[1:]...)
-	if _, errOut, _ := runWhenRoom(t, p, keyed); !strings.Contains(errOut, "created 3 of 5") {
+	if _, errOut, _ := p.CLI(t, "", keyed...); !strings.Contains(errOut, "created 3 of 5") {
 		t.Errorf("dsec %s = %q, want 3 of 5 created (and deleted)", strings.Join(keyed, " "), errOut)
 	}
 	out, errOut, code = p.CLI(t, "", keyed...)
@@ -54,9 +53,10 @@ func TestRunCountPartialFailure(t *testing.T) {
 	}
 	// The same for one sandbox.
 	single := []string{"run", "-d", "--idempotency-key", "single-1", "--memory", "256M", "busybox"}
-	var id string
-	for deadline := time.Now().Add(10 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		id, _, _ = p.CLI(t, "", single...) // placement may not see room yet, as above
+	// Placement sees the room the deletes made at once (issue 13).
+	id, errOut, _ := p.CLI(t, "", single...)
+	if id == "" {
+		t.Fatalf("dsec %s right after the deletes = %q: want a sandbox", strings.Join(single, " "), errOut)
 	}
 	if _, errOut, code := p.CLI(t, "", "rm", strings.TrimSpace(id)); code != 0 {
 		t.Fatalf("dsec rm %s = exit %d: %s", id, code, errOut)
@@ -65,7 +65,7 @@ func TestRunCountPartialFailure(t *testing.T) {
 		t.Errorf("dsec %s after its sandbox was deleted = %q, %q, exit %d; want exit 125 saying it was deleted", strings.Join(single, " "), out, errOut, code)
 	}
 
-	out, errOut, code = runWhenRoom(t, p, append([]string{"run", "--keep-partial"}, run[1:]...))
+	out, errOut, code = p.CLI(t, "", append([]string{"run", "--keep-partial"}, run[1:]...)...)
 	made := strings.Fields(out)
 	slices.Sort(made)
 	if code != 125 || len(made) != fit || !strings.Contains(errOut, "created 3 of 5 sandboxes; 2 failed:") {
@@ -76,19 +76,6 @@ func TestRunCountPartialFailure(t *testing.T) {
 	}
 	if _, errOut, code := p.CLI(t, "", "rm", "-l", "job=partial"); code != 0 {
 		t.Errorf("dsec rm -l job=partial = exit %d: %s", code, errOut)
-	}
-}
-
-// runWhenRoom runs the CLI with args, again while it created none of its
-// batch: placement sees deleted sandboxes go at the watcher's next poll
-// (every 2 s), and refuses the whole batch until then, leaving nothing.
-func runWhenRoom(t *testing.T, p *platform, args []string) (stdout, stderr string, code int) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		stdout, stderr, code = p.CLI(t, "", args...)
-		if stdout != "" || !strings.Contains(stderr, "created 0 of") || time.Now().After(deadline) {
-			return stdout, stderr, code
-		}
 	}
 }
 
