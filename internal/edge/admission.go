@@ -64,9 +64,9 @@ func (e *Edge) admitDisk(disk int64) (release func(), err error) {
 	if need > left {
 		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
 			"disk: %s asked (%s writable disk and %s of exec output), %s left on the state dir's file system of node %s "+
-				"(%s free, %s kept for the host): ask for a smaller disk (--disk), free space in %s, or retry on another node",
+				"(%s free, %s kept for the host): ask for a smaller disk (--disk), retry once the node's operator freed space there, or retry on another node",
 			ceiling.FormatBytes(need), ceiling.FormatBytes(disk), ceiling.FormatBytes(e.cfg.OutputQuota), ceiling.FormatBytes(left),
-			e.cfg.Node, ceiling.FormatBytes(sp.Free), ceiling.FormatBytes(reserve), e.cfg.StateDir), diskRetry)
+			e.cfg.Node, ceiling.FormatBytes(sp.Free), ceiling.FormatBytes(reserve)), diskRetry)
 	}
 	budget := int64(e.cfg.DiskOvercommit * float64(left))
 	e.mu.Lock()
