@@ -152,7 +152,11 @@ func (p *Placer) Gone(node string, ids ...string) {
 	if len(rs) == 0 {
 		return
 	}
-	rs = slices.DeleteFunc(rs, func(r placed) bool { return slices.Contains(ids, r.id) })
+	gone := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
+	}
+	rs = slices.DeleteFunc(rs, func(r placed) bool { return gone[r.id] })
 	if len(rs) == 0 {
 		delete(p.recent, node)
 		return
