@@ -56,6 +56,21 @@ Data = Union[bytes, bytearray, memoryview, str]
 Source = Any
 
 
+
+def _set_command(msg: Dict[str, Any], command: Union[str, Sequence[str]], what: str,
+                 shell_example: str, argv_example: str) -> None:
+    """Sets msg's shell (a string) or argv (a list) from command, refusing an
+    empty one with an example of each."""
+    if isinstance(command, str):
+        if not command:
+            raise errors.InvalidArgumentError("%s: empty shell command (example: %s)" % (what, shell_example))
+        msg["shell"] = command
+        return
+    argv = _wire.string_list(command, "the command")
+    if not argv:
+        raise errors.InvalidArgumentError("%s: empty command (example: %s)" % (what, argv_example))
+    msg["argv"] = argv
+
 class Sandbox:
     """A sandbox as the server last described it, and a handle to act on it.
 
@@ -238,15 +253,7 @@ class Sandbox:
                   sealed: Sealed = None, session: Optional[str] = None,
                   session_shell: Optional[str] = None) -> Dict[str, Any]:
         msg: Dict[str, Any] = {"sandboxId": self.id}
-        if isinstance(command, str):
-            if not command:
-                raise errors.InvalidArgumentError("exec: empty shell command (example: \"echo hello\")")
-            msg["shell"] = command
-        else:
-            argv = _wire.string_list(command, "the command")
-            if not argv:
-                raise errors.InvalidArgumentError("exec: empty command (example: [\"ls\", \"-l\"])")
-            msg["argv"] = argv
+        _set_command(msg, command, "exec", "\"echo hello\"", "[\"ls\", \"-l\"]")
         if env:
             msg["env"] = _wire.string_map(env, "env")
         if cwd:
@@ -494,16 +501,7 @@ class Sandbox:
             if not p.startswith("/"):
                 raise errors.InvalidArgumentError("grade_from: path %.80r is not absolute (example: /workspace)" % p)
         msg: Dict[str, Any] = {"sandboxId": self.id, "paths": plist}
-        if isinstance(command, str):
-            if not command:
-                raise errors.InvalidArgumentError("grade_from: empty shell command "
-                                                  "(example: \"cd /workspace && make test\")")
-            msg["shell"] = command
-        else:
-            argv = _wire.string_list(command, "the command")
-            if not argv:
-                raise errors.InvalidArgumentError("grade_from: empty command (example: [\"pytest\", \"-q\"])")
-            msg["argv"] = argv
+        _set_command(msg, command, "grade_from", "\"cd /workspace && make test\"", "[\"pytest\", \"-q\"]")
         if image:
             msg["image"] = str(image)
         if env:
