@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsecproject/dsec/internal/keeper"
+	"github.com/dsecproject/dsec/internal/testenv"
 )
 
 // TestDown: dsec down stops dsec up and leaves the sandboxes running for
@@ -95,9 +96,7 @@ func TestDown(t *testing.T) {
 // TestUpDetachedOtherServer: dsec up -d whose bind fails while another
 // server answers /healthz on the port does not report "up".
 func TestUpDetachedOtherServer(t *testing.T) {
-	if os.Getenv("DSEC_BIN") == "" {
-		t.Skip("needs DSEC_BIN")
-	}
+	bin := testenv.DsecBinary(t)
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	defer other.Close()
 	dir, err := os.MkdirTemp("", "dsec-e2e-other-")
@@ -106,7 +105,7 @@ func TestUpDetachedOtherServer(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	addr := strings.TrimPrefix(other.URL, "http://")
-	b, err := exec.Command(os.Getenv("DSEC_BIN"), "up", "-d", "--state-dir", dir, "--listen", addr, "--cgroup-parent", "dsec-e2e-other", "--sandboxfusion-listen=").CombinedOutput()
+	b, err := exec.Command(bin, "up", "-d", "--state-dir", dir, "--listen", addr, "--cgroup-parent", "dsec-e2e-other", "--sandboxfusion-listen=").CombinedOutput()
 	if err == nil || strings.Contains(string(b), "dsec is up") || !strings.Contains(string(b), "--listen") {
 		t.Errorf("dsec up -d on a port another server answers = %q, %v; want a failure naming --listen", b, err)
 	}
