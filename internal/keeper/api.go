@@ -1,6 +1,7 @@
 package keeper
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
@@ -48,7 +49,10 @@ import (
 //	   execs (ExecSpec.Seal, ExitStatus.Sealed). A client sends them only
 //	   to a keeper of protocol 4 or later: an older one would ignore them
 //	   and run the command unsealed, outside any session.
-const Protocol = 4
+//	5: sandbox networks (PUT, GET and DELETE /v1/network; NetworkRequest,
+//	   NetworkInfo; SandboxInfo.Network). A client sends them only to a
+//	   keeper of protocol 5 or later.
+const Protocol = 5
 
 // MinProtocol is the oldest client protocol a keeper of this package serves.
 const MinProtocol = 2
@@ -148,6 +152,10 @@ type SandboxInfo struct {
 	// started, by name ("mnt", "pid", ...): execs and file operations
 	// refuse a sandbox whose init is in other namespaces now.
 	NS map[string]NSID `json:"ns,omitempty"`
+	// Network is the sandbox's network policy document (protocol 5), empty
+	// when it has none: a restarted keeper enforces it again before the
+	// sandbox can send a packet.
+	Network json.RawMessage `json:"network,omitempty"`
 }
 
 // NSID names a namespace: the device and inode of its nsfs file.
@@ -362,6 +370,54 @@ type Stats struct {
 	DiskLimit   int64         `json:"disk_limit"`
 	OutputBytes int64         `json:"output_bytes"`
 	OutputLimit int64         `json:"output_limit"`
+}
+
+// NetworkRequest sets a sandbox's network (protocol 5): PUT
+// /v1/network?sandbox=ID. The first PUT for a sandbox gives it a link to
+// the node's router namespace (internal/netns) and the node resolver; each
+// later one replaces the policy, which applies to new connections at once
+// and closes established connections it no longer allows.
+type NetworkRequest struct {
+	// Policy is the policy's JSON document (internal/netpolicy,
+	// ParsePolicyJSON), as the edge validated and stored it. Mode none
+	// keeps the link but allows nothing.
+	Policy json.RawMessage `json:"policy"`
+}
+
+// NetworkInfo is a sandbox's network as the keeper enforces it: the reply
+// of PUT and GET /v1/network?sandbox=ID. DELETE /v1/network?sandbox=ID
+// removes the link (the sandbox keeps loopback only); deleting the
+// sandbox does that too.
+type NetworkInfo struct {
+	// Policy is the policy in force (a JSON document), empty when the
+	// sandbox has no network.
+	Policy json.RawMessage `json:"policy,omitempty"`
+	// Address is the sandbox's own address on its link (eth0), Router the
+	// router end's: the sandbox's gateway and resolver.
+	Address string `json:"address,omitempty"`
+	Router  string `json:"router,omitempty"`
+	// Counters since the link was made.
+	BytesOut    int64 `json:"bytes_out"`
+	BytesIn     int64 `json:"bytes_in"`
+	ConnsOut    int64 `json:"conns_out"`
+	ConnsActive int64 `json:"conns_active"`
+	Denied      int64 `json:"denied"`
+	DNSQueries  int64 `json:"dns_queries"`
+	DNSDenied   int64 `json:"dns_denied"`
+	// Denials are the most recent denied attempts, oldest first (at most
+	// 64 kept).
+	Denials []Denial `json:"denials,omitempty"`
+}
+
+// Denial is one denied connection or name lookup.
+type Denial struct {
+	Time time.Time `json:"time"`
+	// Dest is "ADDR:PORT/tcp", "ADDR:PORT/udp" or, for a lookup, the name.
+	Dest string `json:"dest"`
+	// Name is the SNI or Host the connection named, if any.
+	Name string `json:"name,omitempty"`
+	// Reason is netpolicy's decision text ("denied by rule 3 (deny npm)").
+	Reason string `json:"reason"`
 }
 
 // Version describes a running keeper.

@@ -136,6 +136,28 @@ func (c *Client) DeleteSession(ctx context.Context, id, name string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/sessions", url.Values{"sandbox": {id}, "name": {name}}, nil, nil)
 }
 
+// SetNetwork gives sandbox id a network under req's policy, or replaces
+// its policy (protocol 5).
+func (c *Client) SetNetwork(ctx context.Context, id string, req NetworkRequest) (NetworkInfo, error) {
+	var info NetworkInfo
+	err := c.call(ctx, http.MethodPut, "/v1/network", url.Values{"sandbox": {id}}, req, &info)
+	return info, err
+}
+
+// Network reports sandbox id's network: policy, addresses, counters and
+// recent denials (protocol 5).
+func (c *Client) Network(ctx context.Context, id string) (NetworkInfo, error) {
+	var info NetworkInfo
+	err := c.call(ctx, http.MethodGet, "/v1/network", url.Values{"sandbox": {id}}, nil, &info)
+	return info, err
+}
+
+// DeleteNetwork removes sandbox id's link: it keeps loopback only
+// (protocol 5).
+func (c *Client) DeleteNetwork(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/network", url.Values{"sandbox": {id}}, nil, nil)
+}
+
 // ChunkCacheStats reports the keeper's chunk cache of lazy layers;
 // NotFound when it has none (no --blob-source).
 func (c *Client) ChunkCacheStats(ctx context.Context) (chunkcache.Stats, error) {
