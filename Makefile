@@ -14,8 +14,9 @@ MODULES := api sdk/go
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
-build: ## build the static binary bin/dsec
-	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -ldflags '$(LDFLAGS)' -o bin/dsec ./cmd/dsec
+build: ## build the static binaries bin/dsec (the command line) and bin/dsec-node (the platform; dsec hands it up, keeper, purge, ...)
+	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -ldflags '$(LDFLAGS)' -o bin/dsec-node ./cmd/dsec
+	CGO_ENABLED=0 $(GO) build -tags $(TAGS),dsec_client -ldflags '-X main.version=$(VERSION)' -o bin/dsec ./cmd/dsec
 
 test: ## unit tests with -race (root tests skip without root; internal/layering runs the API's and SDK's too)
 	$(GO) test -race ./...
@@ -28,7 +29,7 @@ test-root: build ## every test as root, including real sandboxes (sudo make test
 
 test-crash: ## kill -9 of dsec up and of the keeper at each step of create and delete (root; a -tags dsec_crashhook build)
 	CGO_ENABLED=1 $(GO) build -tags $(TAGS),dsec_crashhook -ldflags '$(LDFLAGS)' -o bin/dsec-crash ./cmd/dsec
-	DSEC_BIN=$(CURDIR)/bin/dsec-crash $(GO) test -tags dsec_crashhook -count=1 -run 'TestEdgeCrash|TestKeeperCrash' ./e2e/ ./internal/edge/backend/container/
+	DSEC_BIN=$(CURDIR)/bin/dsec-crash DSEC_NODE_BIN=$(CURDIR)/bin/dsec-crash $(GO) test -tags dsec_crashhook -count=1 -run 'TestEdgeCrash|TestKeeperCrash' ./e2e/ ./internal/edge/backend/container/
 
 test-all: ## what CI runs: packages, build, generated code, lint, all tests
 	scripts/test.sh
@@ -41,6 +42,8 @@ lint: ## gofmt, go.mod files tidy, go vet and staticcheck, in every module
 		(cd $$m && GOWORK=off $(GO) vet ./...) || exit 1; \
 	done
 	$(GO) tool staticcheck ./... $(addprefix github.com/dsecproject/dsec/,$(addsuffix /...,$(MODULES)))
+	$(GO) vet -tags dsec_client ./cmd/dsec
+	$(GO) tool staticcheck -tags dsec_client ./cmd/dsec
 
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')
@@ -91,7 +94,7 @@ bench-lazy: build ## lazy vs eager layers from a capped blobserver, 10 images ×
 CLI_FLAGS ?=
 
 bench-cli: build ## dsec exec ID -- true (a new CLI process) vs the Go SDK's Exec round trip, taking turns: JSON, table, target
-	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/cli -json bin/bench-cli.json $(CLI_FLAGS)
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/cli -json bin/bench-cli.json -base $(CURDIR)/bin/dsec-node $(CLI_FLAGS)
 
 .PHONY: lazyspike
 LAZYSPIKE_FLAGS ?=

@@ -10,8 +10,9 @@ find_go
 install_packages $RUNTIME_PACKAGES gcc libc6-dev make
 echo "building dsec"
 make -s build
+install -m 0755 bin/dsec-node /usr/local/bin/dsec-node
 install -m 0755 bin/dsec /usr/local/bin/dsec
-echo "installed /usr/local/bin/dsec"
+echo "installed /usr/local/bin/dsec and /usr/local/bin/dsec-node"
 if ! curl -fsS http://127.0.0.1:7420/healthz >/dev/null 2>&1 && ! wget -qO- http://127.0.0.1:7420/healthz >/dev/null 2>&1; then
 	dsec up -d
 fi

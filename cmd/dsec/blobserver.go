@@ -1,3 +1,5 @@
+//go:build !dsec_client
+
 package main
 
 import (
@@ -26,7 +28,7 @@ func newBlobserverCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "blobserver --store DIR --listen ADDR",
-		Short: "Serve a blob store read-only over HTTP, with Range requests",
+		Short: verbShort("blobserver"),
 		Long: `Serve the blobs of a local blob store (a directory with a sha256/ subdirectory,
 as dsec keeps them) read-only over HTTP: GET and HEAD of /blobs/sha256/<hex>
 (also /blobs/sha256:<hex> and /v2/<repo>/blobs/sha256:<hex>), with Range

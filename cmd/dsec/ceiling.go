@@ -1,3 +1,5 @@
+//go:build !dsec_client
+
 package main
 
 import (

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsecproject/dsec/api/sparse"
-	"github.com/dsecproject/dsec/internal/edge"
+	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
 
@@ -30,7 +30,7 @@ func sandboxPath(s string) (id, p string, ok bool) {
 	if !found || strings.Contains(id, "/") {
 		return "", "", false
 	}
-	if _, valid := edge.NodeOfID(id); !valid {
+	if _, valid := sandbox.NodeOfID(id); !valid {
 		return "", "", false
 	}
 	return id, p, true
@@ -44,7 +44,7 @@ func badSandboxPath(what, s string) error {
 	if !found || strings.Contains(id, "/") || !strings.HasPrefix(p, "/") {
 		return nil
 	}
-	if _, valid := edge.NodeOfID(id); valid {
+	if _, valid := sandbox.NodeOfID(id); valid {
 		return nil
 	}
 	why := fmt.Sprintf("%q is not a sandbox ID", id)

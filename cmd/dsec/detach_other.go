@@ -1,4 +1,4 @@
-//go:build !unix
+//go:build !unix && !dsec_client
 
 package main
 

@@ -1,3 +1,5 @@
+//go:build !dsec_client
+
 package main
 
 import (
@@ -19,7 +21,7 @@ func newDoctorCmd(g *globalFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check that this machine has what dsec needs",
+		Short: verbShort("doctor"),
 		Long: `Check that this machine has what "dsec up" needs, and say for each missing
 thing what to do. Run it as root, with the flags you give "dsec up".
 

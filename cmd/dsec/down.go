@@ -1,3 +1,5 @@
+//go:build !dsec_client
+
 package main
 
 import (
@@ -22,7 +24,7 @@ func newDownCmd(g *globalFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "down",
-		Short: "Stop dsec up (sandboxes keep running unless --all)",
+		Short: verbShort("down"),
 		Long: `Stop the "dsec up" of this state directory (--state-dir) and wait until it has
 exited, as Ctrl-C or SIGTERM to it would: the platform stops, the sandboxes keep
 running under the node keeper, and the next "dsec up" finds them again.

@@ -1,3 +1,5 @@
+//go:build !dsec_client
+
 package main
 
 import (
@@ -24,7 +26,7 @@ func newEvalCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "eval FILE",
-		Short: "Run a HumanEval or MBPP jsonl file through the SandboxFusion run_code API",
+		Short: verbShort("eval"),
 		Long: `Run every problem of a HumanEval- or MBPP-format jsonl file (SandboxFusion's
 dataset format) through run_code, and report how many passed, the failures by
 status, throughput and latency.

@@ -34,7 +34,7 @@ or packed with --public, or made public with ` + "`dsec image public`" + `, runs
 every project. Writing other layers or config onto an existing NAME:TAG needs
 --force; writing the same ones again changes nothing, so scripts can re-run.`,
 	}
-	cmd.AddCommand(newImageBuildCmd(g), newImageLsCmd(g), newImageImportCmd(g))
+	cmd.AddCommand(newImageBuildCmd(g), newImageLsCmd(g), imageImportCmd(g))
 	cmd.AddCommand(newImageManageCmds(g)...)
 	cmd.AddCommand(newImageVisibilityCmd(g, true), newImageVisibilityCmd(g, false))
 	return cmd

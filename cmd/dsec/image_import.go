@@ -1,3 +1,5 @@
+//go:build !dsec_client
+
 package main
 
 import (
@@ -24,7 +26,7 @@ func newImageImportCmd(g *globalFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "import SOURCE NAME[:TAG]",
-		Short: "Import a container image from a registry, an OCI layout or a docker save archive",
+		Short: verbShort("import"),
 		Long: `Import a container image as the dsec image NAME[:TAG]: each of its tar layers
 becomes one EROFS layer (OCI whiteouts become overlayfs whiteouts and opaque
 directories), and its config (Env with PATH, WorkingDir, User, Entrypoint, Cmd)

@@ -11,11 +11,14 @@ import (
 )
 
 // maxInitBytes bounds what the initialisation of each of our packages may
-// allocate. The dsec binary links the server into every CLI command, so
-// every package initialiser runs before each `dsec exec`; compiling a
-// pattern or building a table there (hundreds of KiB, a millisecond each)
-// belongs in a first use instead (internal/lazyregexp, sync.OnceValue). A
-// few prometheus descriptors or small maps fit well under it.
+// allocate. dsec-node links the server into every one of its commands (the
+// keeper and the exec helper's start included), and the command line
+// links the packages it shares with it, so every package initialiser runs
+// before each of them; compiling a pattern or building a table there
+// (hundreds of KiB, a millisecond each) belongs in a first use instead
+// (internal/lazyregexp, sync.OnceValue). A few prometheus descriptors or
+// small maps fit well under it. TestClientLinksNoServer keeps the server
+// out of the command line.
 const maxInitBytes = 16 << 10
 
 // TestInitIsCheap runs this test binary, which links every package the dsec

@@ -1,8 +1,11 @@
-// Command dsec is the whole platform in one binary: `dsec up` runs it on
-// one machine, the other verbs are its command-line client, and hidden
-// verbs serve as the node keeper. Built statically (make build), the same
-// binary is also each sandbox's init and the exec helper (see
-// internal/nsexec, which takes over before the Go runtime starts).
+// Command dsec is the whole platform: `dsec up` runs it on one machine,
+// the other verbs are its command-line client, and hidden verbs serve as
+// the node keeper. It is built twice (make build, both static; see
+// platform.go): bin/dsec-node runs every verb and is also each sandbox's
+// init and the exec helper (see internal/nsexec, which takes over before
+// the Go runtime starts); bin/dsec, the command line users run, has only
+// the client's verbs and hands the platform's to dsec-node, so that a
+// command such as dsec exec starts without the server's initialisation.
 package main
 
 import (
@@ -12,8 +15,6 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
-
-	_ "github.com/dsecproject/dsec/internal/nsexec" // init and exec helper modes
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -53,6 +54,7 @@ type exitError struct{ code int }
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 func main() {
+	checkForwarded()
 	root := newRootCmd()
 	err := root.Execute()
 	var ee exitError
@@ -88,10 +90,8 @@ Start the platform on this machine with "dsec up -d", then:
 	root.PersistentFlags().StringVar(&g.addr, "addr", "", "API address (default $DSEC_ADDR, the config file, or http://127.0.0.1:7420)")
 	root.PersistentFlags().StringVar(&g.apiKey, "api-key", "", "API key (default $DSEC_API_KEY, ~/.config/dsec/config.toml, or <state-dir>/admin.key)")
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "state directory of a local dsec (default $DSEC_STATE_DIR or /var/lib/dsec)")
+	root.AddCommand(platformCmds(g)...)
 	root.AddCommand(
-		newUpCmd(g),
-		newDownCmd(g),
-		newKeeperCmd(g),
 		newRunCmd(g),
 		newExecCmd(g),
 		newAttachCmd(g),
@@ -112,10 +112,6 @@ Start the platform on this machine with "dsec up -d", then:
 		newKeyCmd(g),
 		newProjectCmd(g),
 		newBackendsCmd(g),
-		newEvalCmd(),
-		newDoctorCmd(g),
-		newPurgeCmd(g),
-		newBlobserverCmd(),
 	)
 	markUsageErrors(root)
 	return root
@@ -143,14 +139,4 @@ func markUsageErrors(cmd *cobra.Command) {
 // globalFlags are the flags every client command shares.
 type globalFlags struct {
 	addr, apiKey, stateDir string
-}
-
-func (g *globalFlags) resolvedStateDir() string {
-	if g.stateDir != "" {
-		return g.stateDir
-	}
-	if d := os.Getenv("DSEC_STATE_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/dsec"
 }

@@ -1,3 +1,5 @@
+//go:build !dsec_client
+
 package main
 
 import (
@@ -18,7 +20,7 @@ func newPurgeCmd(g *globalFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "purge",
-		Short: "Remove everything dsec made on this machine",
+		Short: verbShort("purge"),
 		Long: `Stop dsec up and the node keeper, kill every sandbox, and remove every mount,
 cgroup, loop device, runtime state and file dsec made for the state directory
 (--state-dir). Sandboxes and their files are lost. It works from what is on disk

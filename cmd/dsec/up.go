@@ -1,3 +1,5 @@
+//go:build !dsec_client
+
 package main
 
 import (
@@ -49,7 +51,7 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run the whole platform on this machine",
+		Short: verbShort("up"),
 		Long: `Run the single-node platform: API server, placement, watcher, one edge with
 the container backend, and an embedded etcd, all in this process (plus one node
 keeper process that owns the sandboxes and outlives it).
@@ -273,7 +275,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:    "keeper",
-		Short:  "Run the node keeper (started by dsec up; not for direct use)",
+		Short:  verbShort("keeper"),
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

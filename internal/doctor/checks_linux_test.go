@@ -25,12 +25,12 @@ var (
 
 // initBinary returns a static binary built from testdata/staticinit: with
 // cgo it carries nsexec's sandbox init like `make build`'s dsec, without
-// it does not. With cgo, $DSEC_BIN (set by make test-root) is used instead
-// when set.
+// it does not. With cgo, the platform binary of $DSEC_BIN (set by make
+// test-root) is used instead when set.
 func initBinary(t *testing.T, cgo bool) string {
 	t.Helper()
-	if p := os.Getenv("DSEC_BIN"); cgo && p != "" {
-		return p
+	if cgo && os.Getenv("DSEC_BIN") != "" {
+		return testenv.NodeBinary(t)
 	}
 	buildMu.Lock()
 	defer buildMu.Unlock()

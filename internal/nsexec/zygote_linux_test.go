@@ -633,7 +633,7 @@ func BenchmarkZygoteSpawnTrue(b *testing.B) {
 // binary, as the keeper does ($DSEC_BIN, or built once).
 func BenchmarkSpawnVsZygote(b *testing.B) {
 	target := startTarget(b)
-	bin := testenv.DsecBinary(b)
+	bin := testenv.NodeBinary(b)
 	z, err := StartZygote(bin)
 	if err != nil {
 		b.Fatal(err)

@@ -117,13 +117,19 @@ func Run(ctx context.Context, cfg Config) error {
 	return errors.Join(errs...)
 }
 
-// isDsec reports whether pid runs the dsec binary (not a reused pid).
+// isDsec reports whether pid runs the platform binary, dsec-node (or the
+// dsec of builds before the command line was a binary of its own), not a
+// reused pid.
 func isDsec(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return false
 	}
-	return filepath.Base(strings.Split(string(b), "\x00")[0]) == "dsec"
+	switch filepath.Base(strings.Split(string(b), "\x00")[0]) {
+	case "dsec-node", "dsec":
+		return true
+	}
+	return false
 }
 
 // dsecUsing lists dsec processes with a file open under dir.

@@ -30,7 +30,7 @@ type node struct {
 
 func newNode(t *testing.T) *node {
 	testenv.RequireRoot(t)
-	self := testenv.DsecBinary(t)
+	self := testenv.NodeBinary(t)
 	rootfs := testenv.BusyboxRootfs(t)
 	// Not t.TempDir(): the runtime sets roots up as the sandbox's
 	// unprivileged root, which must be able to traverse the path.
