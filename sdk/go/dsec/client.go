@@ -24,8 +24,10 @@ const userAgent = "dsec-go"
 type Client struct {
 	addr      string
 	sandboxes sandboxv1connect.SandboxServiceClient
-	images    imagev1connect.ImageServiceClient
-	admin     adminv1connect.AdminServiceClient
+	// images and admin are made on first use: a short-lived program
+	// (the CLI's dsec exec) then builds only the service it calls.
+	images func() imagev1connect.ImageServiceClient
+	admin  func() adminv1connect.AdminServiceClient
 
 	// createRetries and logger are Config's CreateRetries and Logger.
 	createRetries int
@@ -74,8 +76,12 @@ func New(cfg Config) (*Client, error) {
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
 	}
 	c.sandboxes = sandboxv1connect.NewSandboxServiceClient(hc, addr, opts...)
-	c.images = imagev1connect.NewImageServiceClient(hc, addr, opts...)
-	c.admin = adminv1connect.NewAdminServiceClient(hc, addr, opts...)
+	c.images = sync.OnceValue(func() imagev1connect.ImageServiceClient {
+		return imagev1connect.NewImageServiceClient(hc, addr, opts...)
+	})
+	c.admin = sync.OnceValue(func() adminv1connect.AdminServiceClient {
+		return adminv1connect.NewAdminServiceClient(hc, addr, opts...)
+	})
 	return c, nil
 }
 

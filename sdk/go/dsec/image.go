@@ -88,7 +88,7 @@ func (c *Client) UploadLayer(ctx context.Context, r io.Reader, digest string, si
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream := c.images.UploadLayer(ctx)
+	stream := c.images().UploadLayer(ctx)
 	resp, err := sendChunks(stream, cancel,
 		&imagev1.UploadLayerRequest{Msg: &imagev1.UploadLayerRequest_Header{Header: &imagev1.UploadLayerHeader{Digest: digest, Size: size}}},
 		r, func(b []byte) *imagev1.UploadLayerRequest {
@@ -109,7 +109,7 @@ func (c *Client) UploadLayer(ctx context.Context, r io.Reader, digest string, si
 // WithPublic).
 func (c *Client) CreateImage(ctx context.Context, name string, layerDigests []string, cfg ImageConfig, opts ...ImageOption) (*Image, error) {
 	w := imageWriteOf(opts)
-	resp, err := c.images.CreateImage(ctx, connect.NewRequest(&imagev1.CreateImageRequest{
+	resp, err := c.images().CreateImage(ctx, connect.NewRequest(&imagev1.CreateImageRequest{
 		Force:        w.force,
 		Public:       w.public,
 		Name:         name,
@@ -131,7 +131,7 @@ func (c *Client) CreateImage(ctx context.Context, name string, layerDigests []st
 // SetImagePublic makes the image called name public or private and returns
 // it; only its project or an admin key may.
 func (c *Client) SetImagePublic(ctx context.Context, name string, public bool) (*Image, error) {
-	resp, err := c.images.SetImagePublic(ctx, connect.NewRequest(&imagev1.SetImagePublicRequest{Name: name, Public: public}))
+	resp, err := c.images().SetImagePublic(ctx, connect.NewRequest(&imagev1.SetImagePublicRequest{Name: name, Public: public}))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -141,7 +141,7 @@ func (c *Client) SetImagePublic(ctx context.Context, name string, public bool) (
 // GetImage returns the image called name (NAME[:TAG]), if the caller may
 // run it (ErrNotFound otherwise).
 func (c *Client) GetImage(ctx context.Context, name string) (*Image, error) {
-	resp, err := c.images.GetImage(ctx, connect.NewRequest(&imagev1.GetImageRequest{Name: name}))
+	resp, err := c.images().GetImage(ctx, connect.NewRequest(&imagev1.GetImageRequest{Name: name}))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -151,7 +151,7 @@ func (c *Client) GetImage(ctx context.Context, name string) (*Image, error) {
 // ListImages returns every image the caller may run: its project's and
 // the public ones (all for an admin key).
 func (c *Client) ListImages(ctx context.Context) ([]*Image, error) {
-	resp, err := c.images.ListImages(ctx, connect.NewRequest(&imagev1.ListImagesRequest{}))
+	resp, err := c.images().ListImages(ctx, connect.NewRequest(&imagev1.ListImagesRequest{}))
 	if err != nil {
 		return nil, c.err(err)
 	}

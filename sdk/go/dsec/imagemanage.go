@@ -82,7 +82,7 @@ type GCResult struct {
 // project or an admin key may (ErrPermissionDenied; ErrNotFound for a
 // private image of another project).
 func (c *Client) DeleteImage(ctx context.Context, name string) (*Image, error) {
-	resp, err := c.images.DeleteImage(ctx, connect.NewRequest(&imagev1.DeleteImageRequest{Name: name}))
+	resp, err := c.images().DeleteImage(ctx, connect.NewRequest(&imagev1.DeleteImageRequest{Name: name}))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -91,7 +91,7 @@ func (c *Client) DeleteImage(ctx context.Context, name string) (*Image, error) {
 
 // InspectImage returns the image called name with its layers' usage.
 func (c *Client) InspectImage(ctx context.Context, name string) (*ImageDetails, error) {
-	resp, err := c.images.InspectImage(ctx, connect.NewRequest(&imagev1.InspectImageRequest{Name: name}))
+	resp, err := c.images().InspectImage(ctx, connect.NewRequest(&imagev1.InspectImageRequest{Name: name}))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -111,7 +111,7 @@ func usageFromProto(u *imagev1.LayerUsage) LayerUsage {
 
 // DiskUsage describes the layer store.
 func (c *Client) DiskUsage(ctx context.Context) (*DiskUsage, error) {
-	resp, err := c.images.DiskUsage(ctx, connect.NewRequest(&imagev1.DiskUsageRequest{}))
+	resp, err := c.images().DiskUsage(ctx, connect.NewRequest(&imagev1.DiskUsageRequest{}))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -138,7 +138,7 @@ func (c *Client) GarbageCollect(ctx context.Context, opts GCOptions) (*GCResult,
 		s := int64(opts.Grace.Seconds())
 		req.GraceSeconds = &s
 	}
-	resp, err := c.images.GarbageCollect(ctx, connect.NewRequest(req))
+	resp, err := c.images().GarbageCollect(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -158,7 +158,7 @@ func (c *Client) GarbageCollect(ctx context.Context, opts GCOptions) (*GCResult,
 // GetLayer returns the stored layer digest; ErrNotFound when the server
 // does not have it.
 func (c *Client) GetLayer(ctx context.Context, digest string) (Layer, error) {
-	resp, err := c.images.GetLayer(ctx, connect.NewRequest(&imagev1.GetLayerRequest{Digest: digest}))
+	resp, err := c.images().GetLayer(ctx, connect.NewRequest(&imagev1.GetLayerRequest{Digest: digest}))
 	if err != nil {
 		return Layer{}, c.err(err)
 	}
@@ -170,7 +170,7 @@ func (c *Client) GetLayer(ctx context.Context, digest string) (Layer, error) {
 // server announced; close it when done.
 func (c *Client) DownloadLayer(ctx context.Context, digest string) (Layer, io.ReadCloser, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.images.DownloadLayer(ctx, connect.NewRequest(&imagev1.DownloadLayerRequest{Digest: digest}))
+	stream, err := c.images().DownloadLayer(ctx, connect.NewRequest(&imagev1.DownloadLayerRequest{Digest: digest}))
 	if err != nil {
 		cancel()
 		return Layer{}, nil, c.err(err)

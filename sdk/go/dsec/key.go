@@ -46,7 +46,7 @@ func (c *Client) CreateKey(ctx context.Context, opts KeyOptions) (secret string,
 	if opts.ExpiresIn != 0 {
 		req.ExpiresIn = durationpb.New(opts.ExpiresIn)
 	}
-	resp, err := c.admin.CreateKey(ctx, connect.NewRequest(req))
+	resp, err := c.admin().CreateKey(ctx, connect.NewRequest(req))
 	if err != nil {
 		return "", Key{}, c.err(err)
 	}
@@ -55,7 +55,7 @@ func (c *Client) CreateKey(ctx context.Context, opts KeyOptions) (secret string,
 
 // WhoAmI describes the key the client calls with.
 func (c *Client) WhoAmI(ctx context.Context) (Key, error) {
-	resp, err := c.admin.WhoAmI(ctx, connect.NewRequest(&adminv1.WhoAmIRequest{}))
+	resp, err := c.admin().WhoAmI(ctx, connect.NewRequest(&adminv1.WhoAmIRequest{}))
 	if err != nil {
 		return Key{}, c.err(err)
 	}
@@ -65,7 +65,7 @@ func (c *Client) WhoAmI(ctx context.Context) (Key, error) {
 // ListKeys describes every API key, by ID (never a secret). Only admin
 // keys may call it.
 func (c *Client) ListKeys(ctx context.Context) ([]Key, error) {
-	resp, err := c.admin.ListKeys(ctx, connect.NewRequest(&adminv1.ListKeysRequest{}))
+	resp, err := c.admin().ListKeys(ctx, connect.NewRequest(&adminv1.ListKeysRequest{}))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -79,7 +79,7 @@ func (c *Client) ListKeys(ctx context.Context) ([]Key, error) {
 // RevokeKey deletes the API key with the ID id and returns it as it was.
 // Every server refuses it within a second. Only admin keys may call it.
 func (c *Client) RevokeKey(ctx context.Context, id string) (Key, error) {
-	resp, err := c.admin.RevokeKey(ctx, connect.NewRequest(&adminv1.RevokeKeyRequest{Id: id}))
+	resp, err := c.admin().RevokeKey(ctx, connect.NewRequest(&adminv1.RevokeKeyRequest{Id: id}))
 	if err != nil {
 		return Key{}, c.err(err)
 	}
@@ -136,7 +136,7 @@ type LimitsUpdate struct {
 // GetProject returns the project called name ("" for the key's own). A
 // non-admin key may ask only for its own.
 func (c *Client) GetProject(ctx context.Context, name string) (*Project, error) {
-	resp, err := c.admin.GetProject(ctx, connect.NewRequest(&adminv1.GetProjectRequest{Name: name}))
+	resp, err := c.admin().GetProject(ctx, connect.NewRequest(&adminv1.GetProjectRequest{Name: name}))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -151,7 +151,7 @@ func (c *Client) SetProjectLimits(ctx context.Context, name string, u LimitsUpda
 	if u.MaxTTL != nil {
 		req.MaxTtl = durationpb.New(*u.MaxTTL)
 	}
-	resp, err := c.admin.SetProjectLimits(ctx, connect.NewRequest(req))
+	resp, err := c.admin().SetProjectLimits(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, c.err(err)
 	}
@@ -161,7 +161,7 @@ func (c *Client) SetProjectLimits(ctx context.Context, name string, u LimitsUpda
 // ListProjects returns the projects that have keys or limits, by name.
 // Only admin keys may call it.
 func (c *Client) ListProjects(ctx context.Context) ([]*Project, error) {
-	resp, err := c.admin.ListProjects(ctx, connect.NewRequest(&adminv1.ListProjectsRequest{}))
+	resp, err := c.admin().ListProjects(ctx, connect.NewRequest(&adminv1.ListProjectsRequest{}))
 	if err != nil {
 		return nil, c.err(err)
 	}
