@@ -48,7 +48,7 @@ type Capability string
 const (
 	CapPause    Capability = "pause"    // Pauser
 	CapSnapshot Capability = "snapshot" // Snapshotter
-	CapNetwork  Capability = "network"  // NetworkAttacher
+	CapNetwork  Capability = "network"  // NetworkAttacher or NetworkPolicer
 	CapPack     Capability = "pack"     // Packer
 	CapEvents   Capability = "events"   // EventSource
 	CapSessions Capability = "sessions" // Sessioner: named shell sessions (ExecSpec.Session)
@@ -92,6 +92,9 @@ func implements(b Backend, c Capability) bool {
 		_, ok = b.(Snapshotter)
 	case CapNetwork:
 		_, ok = b.(NetworkAttacher)
+		if !ok {
+			_, ok = b.(NetworkPolicer)
+		}
 	case CapPack:
 		_, ok = b.(Packer)
 	case CapEvents:
