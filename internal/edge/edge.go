@@ -24,8 +24,8 @@ import (
 	"github.com/dsecproject/dsec/internal/caller"
 	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/errdefs"
-	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/dsecproject/dsec/internal/metrics"
+	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/dsecproject/dsec/internal/project"
 	"github.com/dsecproject/dsec/internal/sandbox"
 )
