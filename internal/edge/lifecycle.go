@@ -264,7 +264,7 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 		return nil, err
 	}
 	var np sandbox.NetworkPolicer
-	if len(r.Network) > 0 {
+	if needsLink(r.Network) {
 		if np, err = policer(be); err != nil {
 			release()
 			return nil, err

@@ -139,6 +139,29 @@ func (e *Edge) compileNetwork(spec netpolicy.Spec) ([]byte, error) {
 	return netpolicy.MarshalPolicyJSON(p.Spec()), nil
 }
 
+// needsLink reports whether a stored policy can allow anything: one that
+// cannot (none, or only deny rules, like network_rules={"npm": False}) is
+// kept in the record, so that a later merge keeps its rules, but costs
+// nothing: the sandbox gets no link until a policy allows something.
+func needsLink(doc []byte) bool {
+	if len(doc) == 0 {
+		return false
+	}
+	spec, err := netpolicy.ParsePolicyJSON(doc)
+	if err != nil {
+		return true // stored documents were validated; let the backend say
+	}
+	if spec.Mode == netpolicy.ModeOpen {
+		return true
+	}
+	for _, r := range spec.Rules {
+		if r.Action == netpolicy.Allow {
+			return true
+		}
+	}
+	return false
+}
+
 // policer is be's network capability, or the refusal naming what to do.
 func policer(be sandbox.Backend) (sandbox.NetworkPolicer, error) {
 	np, ok := be.(sandbox.NetworkPolicer)
@@ -234,14 +257,6 @@ func (e *Edge) updateNetworkOne(ctx context.Context, id string, spec netpolicy.S
 	if !r.active() {
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s (%s): create a new one", r.ID, r.State, r.Reason)
 	}
-	be, err := e.backend(r.Backend)
-	if err != nil {
-		return nil, err
-	}
-	np, err := policer(be)
-	if err != nil {
-		return nil, err
-	}
 	if merge && len(r.Network) > 0 {
 		old, err := netpolicy.ParsePolicyJSON(r.Network)
 		if err != nil {
@@ -260,10 +275,28 @@ func (e *Edge) updateNetworkOne(ctx context.Context, id string, spec netpolicy.S
 		return nil, err
 	}
 	before := r.Network
-	if _, err := e.setNetworkRecord(id, doc); err != nil {
+	// A sandbox that never had a link needs none for a policy that allows
+	// nothing; one that had keeps it, with the new policy.
+	push := needsLink(doc) || needsLink(before)
+	var np sandbox.NetworkPolicer
+	if push {
+		be, err := e.backend(r.Backend)
+		if err != nil {
+			return nil, err
+		}
+		if np, err = policer(be); err != nil {
+			return nil, err
+		}
+	}
+	updated, err := e.setNetworkRecord(id, doc)
+	if err != nil {
 		return nil, err
 	}
 	e.touch(id)
+	if !push {
+		e.publish(EventUpdated, updated, "network")
+		return doc, nil
+	}
 	if _, err := np.SetNetwork(ctx, id, doc); err != nil {
 		if _, rerr := e.setNetworkRecord(id, before); rerr != nil {
 			e.log.Warn("restore network policy", "sandbox", id, "err", rerr)
@@ -304,7 +337,7 @@ func (e *Edge) GetNetwork(ctx context.Context, caller Caller, id string) (Networ
 	}
 	e.touch(id)
 	st := NetworkState{Policy: r.Network}
-	if len(r.Network) == 0 || !r.active() {
+	if !needsLink(r.Network) || !r.active() {
 		return st, nil
 	}
 	be, err := e.backend(r.Backend)
@@ -332,7 +365,7 @@ func (e *Edge) repushNetworks(ctx context.Context) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	for _, r := range recs {
-		if len(r.Network) == 0 || !r.active() {
+		if !needsLink(r.Network) || !r.active() {
 			continue
 		}
 		wg.Add(1)

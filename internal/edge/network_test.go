@@ -383,6 +383,34 @@ func TestUpdateNetwork(t *testing.T) {
 	}
 }
 
+// TestNetworkDenyOnly: a policy that allows nothing is kept but costs
+// nothing (the backend is not asked); a later merge that allows something
+// enforces the whole policy, deny rules included.
+func TestNetworkDenyOnly(t *testing.T) {
+	n := newTestNode(t)
+	be := newNetFake(n.node)
+	e := n.openNet(be, nil)
+	defer e.Close()
+	ctx := context.Background()
+	r, err := netCreate(ctx, e, admin, &sandboxv1.NetworkPolicy{Text: "deny=npm"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := be.policy(r.ID); got != "" {
+		t.Errorf("a deny-only policy was sent to the backend: %s", got)
+	}
+	if st, err := e.GetNetwork(ctx, admin, r.ID); err != nil || len(networkProtoInfo(st).GetPolicy().GetRules()) != 1 {
+		t.Errorf("GetNetwork(deny=npm) = %+v, %v, want the stored rule", st, err)
+	}
+	if _, err := e.UpdateNetwork(ctx, admin, r.ID, nil, flagSpec(t, "allow=pypi"), true); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"version":1,"mode":"rules","rules":[{"action":"deny","service":"npm","protocol":"tcp"},{"action":"allow","service":"pypi","protocol":"tcp"}]}`
+	if got := be.policy(r.ID); got != want {
+		t.Errorf("enforced after merge = %s, want %s", got, want)
+	}
+}
+
 // TestNetworkRestartRepush: a restarted edge gives every running sandbox
 // with a policy its policy again (a keeper that lost it enforces it), and
 // nothing to the others.
@@ -426,6 +454,11 @@ func TestNetworkNeedsCapability(t *testing.T) {
 	r, err := netCreate(ctx, e, admin, nil, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A policy that allows nothing needs no network: network_rules={"npm":
+	// False} runs anywhere, as before sandboxes had networks.
+	if _, err := netCreate(ctx, e, admin, &sandboxv1.NetworkPolicy{Text: "deny=npm"}, nil); err != nil {
+		t.Errorf("Create(deny=npm) on a backend without networks = %v", err)
 	}
 	if _, err := e.UpdateNetwork(ctx, admin, r.ID, nil, flagSpec(t, "allow=pypi"), false); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("UpdateNetwork on a backend without it = %v, want FailedPrecondition", err)
