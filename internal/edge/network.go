@@ -254,7 +254,11 @@ func (e *Edge) updateNetworkOne(ctx context.Context, id string, spec netpolicy.S
 	if err != nil {
 		return nil, err
 	}
-	if !r.active() {
+	switch {
+	case r.State == StateCreating:
+		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrFailedPrecondition,
+			"sandbox %s is being created: retry once it runs (its create gives it the policy it was created with)", r.ID), time.Second)
+	case !r.active():
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s (%s): create a new one", r.ID, r.State, r.Reason)
 	}
 	if merge && len(r.Network) > 0 {

@@ -464,3 +464,48 @@ func TestNetworkNeedsCapability(t *testing.T) {
 		t.Errorf("UpdateNetwork on a backend without it = %v, want FailedPrecondition", err)
 	}
 }
+
+// TestUpdateNetworkDuringCreate: a sandbox still being created is not
+// updated (its create gives it the policy it was created with): by
+// selector its result says to retry, with a hint, and the create then
+// enforces its own policy.
+func TestUpdateNetworkDuringCreate(t *testing.T) {
+	n := newTestNode(t)
+	be := newNetFake(n.node)
+	e := n.openNet(be, nil)
+	defer e.Close()
+	ctx := context.Background()
+	block := make(chan struct{})
+	n.node.Lock()
+	n.node.CreateBlock = block
+	n.node.Unlock()
+	type created struct {
+		r   *Record
+		err error
+	}
+	done := make(chan created, 1)
+	go func() {
+		r, err := netCreate(ctx, e, admin, &sandboxv1.NetworkPolicy{Text: "allow=pypi,deny=npm"}, map[string]string{"stage": "setup"})
+		done <- created{r, err}
+	}()
+	var res []NetworkResult
+	eventually(t, "the creating sandbox is visible", func() bool {
+		var err error
+		res, err = e.UpdateNetwork(ctx, admin, "", map[string]string{"stage": "setup"}, flagSpec(t, "allow=npm"), false)
+		return err == nil && len(res) == 1
+	})
+	if d, ok := errdefs.RetryHint(res[0].Err); !errors.Is(res[0].Err, errdefs.ErrFailedPrecondition) || !ok || d <= 0 || !strings.Contains(res[0].Err.Error(), "retry once it runs") {
+		t.Errorf("update of a creating sandbox = %v, want FailedPrecondition with a retry hint", res[0].Err)
+	}
+	n.node.Lock()
+	n.node.CreateBlock = nil
+	n.node.Unlock()
+	close(block)
+	c := <-done
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	if got := be.policy(c.r.ID); got != pypiNoNpm {
+		t.Errorf("enforced after the create = %s, want %s", got, pypiNoNpm)
+	}
+}
