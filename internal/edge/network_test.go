@@ -509,3 +509,48 @@ func TestUpdateNetworkDuringCreate(t *testing.T) {
 		t.Errorf("enforced after the create = %s, want %s", got, pypiNoNpm)
 	}
 }
+
+// FuzzNetworkSpecOf: whatever a request's policy holds, NetworkSpecOf
+// returns an error or a policy whose stored document, given back in the
+// API's form and read again, is the same document (what a client reads
+// back is what is enforced).
+func FuzzNetworkSpecOf(f *testing.F) {
+	f.Add("allow=pypi,github,deny=npm", "", "", "", "", "")
+	f.Add("", "rules", "allow", "example.com", "443", "tcp")
+	f.Add("", "", "deny", "10.0.0.0/8", "8000-8100", "")
+	f.Add("", "open", "allow", "192.0.2.7", "5000", "udp")
+	f.Add("open,deny=*.example.com", "", "", "", "", "")
+	f.Fuzz(func(t *testing.T, text, mode, action, target, port, proto string) {
+		m := &sandboxv1.NetworkPolicy{Text: text, Mode: mode}
+		if action != "" || target != "" {
+			r := &sandboxv1.NetworkRule{Action: action, Protocol: proto}
+			if port != "" {
+				r.Ports = []string{port}
+			}
+			switch {
+			case strings.Contains(target, "/"):
+				r.Target = &sandboxv1.NetworkRule_Cidr{Cidr: target}
+			case strings.Contains(target, "."):
+				r.Target = &sandboxv1.NetworkRule_Domain{Domain: target}
+			case target != "":
+				r.Target = &sandboxv1.NetworkRule_Service{Service: target}
+			}
+			m.Rules = append(m.Rules, r)
+		}
+		spec, err := NetworkSpecOf(m)
+		if err != nil {
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Fatalf("NetworkSpecOf(%v) = %v, want InvalidArgument", m, err)
+			}
+			return
+		}
+		doc := netpolicy.MarshalPolicyJSON(*spec)
+		again, err := NetworkSpecOf(SpecProto(*spec))
+		if err != nil {
+			t.Fatalf("NetworkSpecOf(SpecProto(%s)) = %v", doc, err)
+		}
+		if got := netpolicy.MarshalPolicyJSON(*again); string(got) != string(doc) {
+			t.Fatalf("round trip of %s gave %s", doc, got)
+		}
+	})
+}
