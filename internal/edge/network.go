@@ -358,6 +358,28 @@ func (e *Edge) GetNetwork(ctx context.Context, caller Caller, id string) (Networ
 	return st, nil
 }
 
+// networkCounters are r's network counters for Stats; zero without
+// network, or when the backend cannot say (Stats does not fail for them).
+func (e *Edge) networkCounters(ctx context.Context, r *Record) sandbox.NetworkInfo {
+	if !needsLink(r.Network) || !r.active() {
+		return sandbox.NetworkInfo{}
+	}
+	be, err := e.backend(r.Backend)
+	if err != nil {
+		return sandbox.NetworkInfo{}
+	}
+	np, err := policer(be)
+	if err != nil {
+		return sandbox.NetworkInfo{}
+	}
+	info, err := np.Network(ctx, r.ID)
+	if err != nil {
+		e.log.Debug("network counters", "sandbox", r.ID, "err", err)
+		return sandbox.NetworkInfo{}
+	}
+	return info
+}
+
 // repushNetworks gives every running sandbox with a policy its policy
 // again (at start: a keeper that lost it enforces it again).
 func (e *Edge) repushNetworks(ctx context.Context) {

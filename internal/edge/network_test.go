@@ -358,6 +358,12 @@ func TestUpdateNetwork(t *testing.T) {
 		len(info.GetPolicy().GetRules()) != 1 || info.GetPolicy().GetRules()[0].GetService() != "goproxy" {
 		t.Errorf("GetNetwork = %v", info)
 	}
+	if got, _ := e.store.get(a1.ID); e.networkCounters(ctx, got).BytesOut != 100 {
+		t.Errorf("stats' network counters of a sandbox with network = %+v, want the backend's", e.networkCounters(ctx, got))
+	}
+	if got, _ := e.store.get(a3.ID); e.networkCounters(ctx, got).Address != "" {
+		t.Errorf("stats' network counters of a sandbox without network = %+v, want none", e.networkCounters(ctx, got))
+	}
 	st, err = e.GetNetwork(ctx, alice, a3.ID)
 	if err != nil || networkProtoInfo(st).GetPolicy().GetMode() != "none" || st.Info.Address != "" {
 		t.Errorf("GetNetwork(no network) = %+v, %v, want mode none and no address", st, err)

@@ -113,6 +113,9 @@ class FakeNetworkTest(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(info.policy, PYPI)
             self.assertEqual(info.denials[0].reason, "denied by rule 2 (deny npm)")
             self.assertEqual(info.denials[0].time.year, 2026)
+            st = libdsec.Stats._from_json({"netBytesOut": "5", "netBytesIn": "6", "netConnectionsOut": "2",
+                                           "netDenied": "1"})
+            self.assertEqual((st.net_out, st.net_in, st.net_connections, st.net_denied), (5, 6, 2, 1))
             res = await client.update_network_by_labels({"stage": "solve"}, network_rules={"pypi": False})
             self.assertEqual(self.calls[-1][1], {"selector": {"stage": "solve"}, "policy": {"text": "deny=pypi"}})
             self.assertEqual([r.id for r in res], ["node-a", "node-b"])

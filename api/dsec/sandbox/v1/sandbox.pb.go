@@ -3399,10 +3399,16 @@ type StatsResponse struct {
 	DiskLimit   int64                  `protobuf:"varint,8,opt,name=disk_limit,json=diskLimit,proto3" json:"disk_limit,omitempty"`
 	OomKills    int64                  `protobuf:"varint,9,opt,name=oom_kills,json=oomKills,proto3" json:"oom_kills,omitempty"`
 	// Bytes of exec output kept for the sandbox, and the cap.
-	OutputBytes   int64 `protobuf:"varint,10,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
-	OutputLimit   int64 `protobuf:"varint,11,opt,name=output_limit,json=outputLimit,proto3" json:"output_limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OutputBytes int64 `protobuf:"varint,10,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	OutputLimit int64 `protobuf:"varint,11,opt,name=output_limit,json=outputLimit,proto3" json:"output_limit,omitempty"`
+	// Network counters (zero without network; GetNetwork has them all):
+	// bytes out and in, connections out, connections and lookups refused.
+	NetBytesOut       int64 `protobuf:"varint,12,opt,name=net_bytes_out,json=netBytesOut,proto3" json:"net_bytes_out,omitempty"`
+	NetBytesIn        int64 `protobuf:"varint,13,opt,name=net_bytes_in,json=netBytesIn,proto3" json:"net_bytes_in,omitempty"`
+	NetConnectionsOut int64 `protobuf:"varint,14,opt,name=net_connections_out,json=netConnectionsOut,proto3" json:"net_connections_out,omitempty"`
+	NetDenied         int64 `protobuf:"varint,15,opt,name=net_denied,json=netDenied,proto3" json:"net_denied,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -3508,6 +3514,34 @@ func (x *StatsResponse) GetOutputBytes() int64 {
 func (x *StatsResponse) GetOutputLimit() int64 {
 	if x != nil {
 		return x.OutputLimit
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetNetBytesOut() int64 {
+	if x != nil {
+		return x.NetBytesOut
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetNetBytesIn() int64 {
+	if x != nil {
+		return x.NetBytesIn
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetNetConnectionsOut() int64 {
+	if x != nil {
+		return x.NetConnectionsOut
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetNetDenied() int64 {
+	if x != nil {
+		return x.NetDenied
 	}
 	return 0
 }
@@ -6034,7 +6068,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tkeepalive\x18\x02 \x01(\v2\x1a.dsec.sandbox.v1.KeepaliveH\x00R\tkeepaliveB\x05\n" +
 	"\x03msg\"\x1e\n" +
 	"\fStatsRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x80\x03\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x95\x04\n" +
 	"\rStatsResponse\x126\n" +
 	"\tcpu_usage\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bcpuUsage\x12\x1d\n" +
 	"\n" +
@@ -6051,7 +6085,13 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\toom_kills\x18\t \x01(\x03R\boomKills\x12!\n" +
 	"\foutput_bytes\x18\n" +
 	" \x01(\x03R\voutputBytes\x12!\n" +
-	"\foutput_limit\x18\v \x01(\x03R\voutputLimit\"\x91\x01\n" +
+	"\foutput_limit\x18\v \x01(\x03R\voutputLimit\x12\"\n" +
+	"\rnet_bytes_out\x18\f \x01(\x03R\vnetBytesOut\x12 \n" +
+	"\fnet_bytes_in\x18\r \x01(\x03R\n" +
+	"netBytesIn\x12.\n" +
+	"\x13net_connections_out\x18\x0e \x01(\x03R\x11netConnectionsOut\x12\x1d\n" +
+	"\n" +
+	"net_denied\x18\x0f \x01(\x03R\tnetDenied\"\x91\x01\n" +
 	"\rAttachRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
