@@ -166,7 +166,7 @@ func needsLink(doc []byte) bool {
 func policer(be sandbox.Backend) (sandbox.NetworkPolicer, error) {
 	np, ok := be.(sandbox.NetworkPolicer)
 	if !ok {
-		return nil, sandbox.Lacks(be.Describe().Name, sandbox.CapNetwork)
+		return nil, sandbox.Lacks(be.Describe().Name, sandbox.CapNetworkPolicy)
 	}
 	return np, nil
 }

@@ -454,7 +454,7 @@ func TestNetworkNeedsCapability(t *testing.T) {
 	defer e.Close()
 	ctx := context.Background()
 	_, err := netCreate(ctx, e, admin, &sandboxv1.NetworkPolicy{Text: "allow=pypi"}, nil)
-	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "network capability") {
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "network-policy capability") {
 		t.Errorf("Create(network) on a backend without it = %v, want FailedPrecondition", err)
 	}
 	r, err := netCreate(ctx, e, admin, nil, nil)

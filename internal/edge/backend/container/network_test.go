@@ -98,8 +98,9 @@ func TestNetworkNeedsProtocol5(t *testing.T) {
 		if n := calls.Load(); n != 2 {
 			t.Errorf("the keeper got %d network calls, want 2", n)
 		}
-		if !sandbox.Has(b, sandbox.CapNetwork) {
-			t.Errorf("the container backend does not declare %s", sandbox.CapNetwork)
+		if !sandbox.Has(b, sandbox.CapNetworkPolicy) || sandbox.Has(b, sandbox.CapNetwork) {
+			t.Errorf("the container backend's capabilities are %v, want %s and not %s (it takes no attachment in a Spec)",
+				sandbox.Capabilities(b), sandbox.CapNetworkPolicy, sandbox.CapNetwork)
 		}
 	})
 }
