@@ -12,7 +12,7 @@ from typing import (TYPE_CHECKING, Any, AsyncIterator, Dict, Iterable, List, Map
 
 from . import _tar, _wire, errors
 from ._transport import NoRetry, ServerStream, Transport
-from .network import Network, NetworkInfo, network_request, results_of
+from .network import Network, NetworkInfo, network_request, policy_of, results_of
 from .pack import Pack
 from .types import (DirListing, ExecInfo, ExecResult, ExitStatus, FileInfo, GradeResult, OutputChunk, Resources,
                     SessionInfo, Stats, TarStats)
@@ -94,6 +94,8 @@ class Sandbox:
         idle_expires_at: when its idle TTL ends it unless something uses it
             first; None while a stream is open or without an idle TTL.
         user, workdir, env: the defaults of its commands.
+        network_policy: its network policy document ({"mode": "none"}
+            without network); network() adds its addresses and counters.
     """
 
     def __init__(self, client: "DSecClient", id: str) -> None:
@@ -114,6 +116,7 @@ class Sandbox:
         self.user = ""
         self.workdir = ""
         self.env: Dict[str, str] = {}
+        self.network_policy: Dict[str, Any] = {"mode": "none"}
 
     @classmethod
     def _from_json(cls, client: "DSecClient", m: Mapping[str, Any]) -> "Sandbox":
@@ -140,6 +143,7 @@ class Sandbox:
         self.user = m.get("user", "")
         self.workdir = m.get("workdir", "")
         self.env = dict(m.get("env") or {})
+        self.network_policy = policy_of(m.get("network"))
 
     def __repr__(self) -> str:
         return "Sandbox(id=%r, image=%r, state=%r)" % (self.id, self.image, self.state)

@@ -16,7 +16,9 @@ from libdsec import sync
 from libdsec.client import create_request
 from libdsec.network import network_request
 
-SANDBOX = {"id": "node-abc", "image": "busybox:latest", "state": "STATE_RUNNING", "resources": {}}
+SANDBOX = {"id": "node-abc", "image": "busybox:latest", "state": "STATE_RUNNING", "resources": {},
+           "network": {"mode": "rules", "rules": [{"action": "allow", "service": "pypi", "protocol": "tcp"},
+                                                  {"action": "deny", "service": "npm", "protocol": "tcp"}]}}
 PYPI = {"mode": "rules", "rules": [{"action": "allow", "service": "pypi", "protocol": "tcp"},
                                    {"action": "deny", "service": "npm", "protocol": "tcp"}]}
 
@@ -101,6 +103,7 @@ class FakeNetworkTest(unittest.IsolatedAsyncioTestCase):
                                                 init_user="root")
             sb = await client.run_container(args, timeout=10)
             self.assertEqual(self.calls[-1][1]["network"], {"text": "allow=pypi,deny=npm"})
+            self.assertEqual(sb.network_policy, PYPI)
             pol = await sb.update_network("allow=github", merge=True)
             self.assertEqual(pol, PYPI)
             self.assertEqual(self.calls[-1], ("UpdateNetwork", {"id": "node-abc", "policy": {"text": "allow=github"},
