@@ -103,6 +103,7 @@ Start the platform on this machine with "dsec up -d", then:
 		newStatsCmd(g),
 		newTimeoutCmd(g),
 		newLabelCmd(g),
+		newNetCmd(g),
 		newWatchCmd(g),
 		newRmCmd(g),
 		newCpCmd(g),

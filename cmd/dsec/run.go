@@ -20,6 +20,7 @@ type createFlags struct {
 	env, labels            []string
 	workdir, user, backend string
 	memory, disk           string
+	network                string
 	cpus                   float64
 	pids                   int64
 	ttl, idleTTL           time.Duration
@@ -38,6 +39,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.ttl, "ttl", 0, "hard TTL: delete the sandbox this long after creation (default 1h)")
 	fl.DurationVar(&f.idleTTL, "idle-ttl", 0, "delete the sandbox after this long without use (default 15m)")
 	fl.StringVar(&f.backend, "backend", "", "isolation backend (default container)")
+	fl.StringVar(&f.network, "network", "", networkFlagHelp)
 }
 
 func (f *createFlags) options(image string) (dsec.CreateOptions, error) {
@@ -59,6 +61,9 @@ func (f *createFlags) options(image string) (dsec.CreateOptions, error) {
 		if o.Disk, err = dsec.ParseSize(f.disk); err != nil {
 			return o, fmt.Errorf("--disk: %w", err)
 		}
+	}
+	if o.Network, err = networkOption(f.network); err != nil {
+		return o, err
 	}
 	return o, nil
 }

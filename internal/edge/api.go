@@ -18,6 +18,7 @@ import (
 	"github.com/dsecproject/dsec/internal/apierr"
 	"github.com/dsecproject/dsec/internal/caller"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/dsecproject/dsec/internal/reqlimit"
 	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/streams"
@@ -79,6 +80,11 @@ func CreateParamsOf(m *sandboxv1.CreateRequest) CreateParams {
 	}
 	if r := m.GetResources(); r != nil {
 		p.Resources = sandbox.Resources{MemoryBytes: r.GetMemoryBytes(), CPUs: r.GetCpus(), Pids: r.GetPids(), DiskBytes: r.GetDiskBytes()}
+	}
+	if spec, err := NetworkSpecOf(m.GetNetwork()); err != nil {
+		p.networkErr = err
+	} else if spec != nil && spec.Mode != netpolicy.ModeNone {
+		p.Network = netpolicy.MarshalPolicyJSON(*spec)
 	}
 	return p
 }
@@ -260,7 +266,7 @@ func (e *Edge) toProto(r *Record) *sandboxv1.Sandbox {
 		Node: e.cfg.Node, Backend: r.Backend, Project: r.Project,
 		CreatedAt: timestamppb.New(r.CreatedAt), ExpiresAt: timestamppb.New(r.ExpiresAt),
 		IdleTtl: durationpb.New(r.IdleTTL), User: r.User, Workdir: r.Workdir, Env: r.Env,
-		IdleExpiresAt: e.idleExpiry(r),
+		IdleExpiresAt: e.idleExpiry(r), Network: NetworkProto(r.Network),
 	}
 }
 

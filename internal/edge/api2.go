@@ -78,11 +78,13 @@ func (a *sandboxAPI) Stats(ctx context.Context, req *connect.Request[sandboxv1.S
 	if err != nil {
 		return nil, err
 	}
+	net := a.e.networkCounters(ctx, r)
 	return connect.NewResponse(&sandboxv1.StatsResponse{
 		CpuUsage: durationpb.New(st.CPUUsage), CpusLimit: r.Resources.CPUs,
 		MemoryBytes: st.MemoryBytes, MemoryLimit: st.MemoryLimit, Pids: st.Pids, PidsLimit: st.PidsLimit,
 		DiskBytes: st.DiskBytes, DiskLimit: st.DiskLimit, OomKills: st.OOMKills,
 		OutputBytes: st.OutputBytes, OutputLimit: st.OutputLimit,
+		NetBytesOut: net.BytesOut, NetBytesIn: net.BytesIn, NetConnectionsOut: net.ConnsOut, NetDenied: net.Denied,
 	}), nil
 }
 

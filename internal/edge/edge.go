@@ -25,6 +25,7 @@ import (
 	"github.com/dsecproject/dsec/internal/ceiling"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/metrics"
+	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/dsecproject/dsec/internal/project"
 	"github.com/dsecproject/dsec/internal/sandbox"
 )
@@ -111,6 +112,11 @@ type Config struct {
 	// sandboxes (creating, deleting) to their end while the edge runs
 	// (default 5 s).
 	ReconcileEvery time.Duration
+	// Network is the node's catalogue of network services, against which
+	// sandboxes' policies are checked (default: netpolicy.Builtin(); the
+	// operator's --network-config file otherwise, whose allow_open =
+	// false refuses mode open).
+	Network *netpolicy.Catalogue
 }
 
 // Edge is a running node agent.
@@ -123,6 +129,8 @@ type Edge struct {
 	stop   chan struct{}
 	events bus
 	idem   idemLocks
+	// netLocks serialise the network updates of one sandbox.
+	netLocks idemLocks
 	// diskSpace measures the state dir's file system (a fake in tests).
 	diskSpace func() (ceiling.Space, error)
 

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -14,6 +15,7 @@ import (
 	"github.com/dsecproject/dsec/internal/apierr"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/lazyregexp"
+	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
@@ -32,6 +34,11 @@ type CreateParams struct {
 	TTL         time.Duration
 	IdleTTL     time.Duration
 	Backend     string
+	// Network is the network policy's JSON document (NetworkSpecOf);
+	// empty is none.
+	Network json.RawMessage `json:",omitempty"`
+	// networkErr is why the request's policy could not be read.
+	networkErr error
 	// resolved, when set, is the image already resolved (a grading
 	// sandbox takes the graded sandbox's layers).
 	resolved *Image
@@ -74,6 +81,9 @@ func validateEnv(env map[string]string) error {
 }
 
 func (e *Edge) normalize(p *CreateParams) error {
+	if p.networkErr != nil {
+		return p.networkErr
+	}
 	switch {
 	case p.Image == "" && len(p.Layers) == 0 && p.resolved == nil:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "no image: name one (see `dsec image ls`) or give a list of layers")
@@ -126,6 +136,15 @@ func (e *Edge) normalize(p *CreateParams) error {
 	}
 	if p.Backend == "" {
 		p.Backend = e.cfg.DefaultBackend
+	}
+	if len(p.Network) > 0 {
+		spec, err := netpolicy.ParsePolicyJSON(p.Network)
+		if err != nil {
+			return err
+		}
+		if p.Network, err = e.compileNetwork(spec); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -237,12 +256,19 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 		Resources: p.Resources, ImageEnv: img.Env, Env: p.Env,
 		Workdir: workdir, User: user,
 		CreatedAt: now, ExpiresAt: now.Add(p.TTL), IdleTTL: p.IdleTTL,
-		Grader: p.grader,
+		Grader: p.grader, Network: p.Network,
 	}
 	spec := sandbox.Spec{ID: r.ID, Layers: img.Layers, Resources: p.Resources, Env: sandboxEnv(r)}
 	if err := sandbox.CheckSpec(be, spec); err != nil {
 		release()
 		return nil, err
+	}
+	var np sandbox.NetworkPolicer
+	if needsLink(r.Network) {
+		if np, err = policer(be); err != nil {
+			release()
+			return nil, err
+		}
 	}
 	done := e.busy(r.ID, opCreate)
 	defer done()
@@ -255,6 +281,13 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 	e.touch(r.ID)
 	crashPoint("create:recorded")
 	_, err = be.Create(ctx, spec)
+	if err == nil && np != nil {
+		// Before the create returns: the sandbox's first exec already has
+		// its network.
+		if _, err = np.SetNetwork(ctx, r.ID, r.Network); err != nil {
+			err = fmt.Errorf("set network: %w", err)
+		}
+	}
 	tBackend := time.Now()
 	crashPoint("create:made")
 	defer func() {

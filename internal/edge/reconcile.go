@@ -85,7 +85,9 @@ func (e *Edge) recover(ctx context.Context) error {
 			}
 		}
 	}
-	return e.reconcileOnce(ctx)
+	err = e.reconcileOnce(ctx)
+	e.repushNetworks(ctx)
+	return err
 }
 
 // reconcileOnce makes the records and the backends agree, and drives every

@@ -54,6 +54,9 @@ type Record struct {
 	// Grader marks a GradeFrom's grading sandbox, which lives only as long
 	// as the call: one found when the edge starts is deleted.
 	Grader bool `json:"grader,omitempty"`
+	// Network is the sandbox's network policy, netpolicy's JSON document
+	// as validated; empty is none (loopback only).
+	Network json.RawMessage `json:"network,omitempty"`
 }
 
 type store struct {

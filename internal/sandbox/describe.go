@@ -49,9 +49,12 @@ const (
 	CapPause    Capability = "pause"    // Pauser
 	CapSnapshot Capability = "snapshot" // Snapshotter
 	CapNetwork  Capability = "network"  // NetworkAttacher
-	CapPack     Capability = "pack"     // Packer
-	CapEvents   Capability = "events"   // EventSource
-	CapSessions Capability = "sessions" // Sessioner: named shell sessions (ExecSpec.Session)
+	// CapNetworkPolicy is NetworkPolicer: sandboxes get egress by a
+	// policy the node enforces (docs/network.md).
+	CapNetworkPolicy Capability = "network-policy"
+	CapPack          Capability = "pack"     // Packer
+	CapEvents        Capability = "events"   // EventSource
+	CapSessions      Capability = "sessions" // Sessioner: named shell sessions (ExecSpec.Session)
 
 	CapMemoryLimit Capability = "memory-limit" // memory limits enforced, OOM kills reported
 	CapPidsLimit   Capability = "pids-limit"   // a limit on processes enforced
@@ -66,7 +69,7 @@ const (
 // the features it declares, in the order of the constants above.
 func Capabilities(b Backend) []Capability {
 	var out []Capability
-	for _, c := range []Capability{CapPause, CapSnapshot, CapNetwork, CapPack, CapEvents, CapSessions} {
+	for _, c := range []Capability{CapPause, CapSnapshot, CapNetwork, CapNetworkPolicy, CapPack, CapEvents, CapSessions} {
 		if implements(b, c) {
 			out = append(out, c)
 		}
@@ -92,6 +95,8 @@ func implements(b Backend, c Capability) bool {
 		_, ok = b.(Snapshotter)
 	case CapNetwork:
 		_, ok = b.(NetworkAttacher)
+	case CapNetworkPolicy:
+		_, ok = b.(NetworkPolicer)
 	case CapPack:
 		_, ok = b.(Packer)
 	case CapEvents:

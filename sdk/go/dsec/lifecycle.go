@@ -152,6 +152,10 @@ type Stats struct {
 	// sandbox and its quota.
 	Output      int64
 	OutputLimit int64
+	// Network counters (zero without network; Sandbox.Network has them
+	// all): bytes out and in, connections out, connections and lookups
+	// refused.
+	NetOut, NetIn, NetConnections, NetDenied int64
 }
 
 // Stats reports the sandbox's resource use.
@@ -175,6 +179,8 @@ func (s *Sandbox) Stats(ctx context.Context) (*Stats, error) {
 		OOMKills:    m.GetOomKills(),
 		Output:      m.GetOutputBytes(),
 		OutputLimit: m.GetOutputLimit(),
+		NetOut:      m.GetNetBytesOut(), NetIn: m.GetNetBytesIn(),
+		NetConnections: m.GetNetConnectionsOut(), NetDenied: m.GetNetDenied(),
 	}
 	if m.GetCpuUsage() != nil {
 		st.CPU = m.GetCpuUsage().AsDuration()

@@ -74,6 +74,9 @@ type Sandbox struct {
 	Workdir string
 	// Env is added to every exec's environment.
 	Env map[string]string
+	// NetworkPolicy is the sandbox's network policy; nil is none. The
+	// Network method reports its counters and denials.
+	NetworkPolicy *NetworkPolicy
 
 	c *Client
 }
@@ -113,6 +116,9 @@ type CreateOptions struct {
 	// sandbox (kept 24h per API key). In BatchCreate, item i is keyed
 	// IdempotencyKey/i.
 	IdempotencyKey string
+	// Network is the sandbox's egress policy (NetworkFlag,
+	// NetworkServices, or rules); nil is none, loopback only.
+	Network *NetworkPolicy
 }
 
 // Create starts a sandbox and returns it once it runs. With
@@ -158,6 +164,7 @@ func createRequest(opts CreateOptions) (*sandboxv1.CreateRequest, error) {
 		IdleTtl:        optDuration(opts.IdleTTL),
 		Backend:        opts.Backend,
 		IdempotencyKey: opts.IdempotencyKey,
+		Network:        opts.Network.proto(),
 	}, nil
 }
 
@@ -275,6 +282,7 @@ func (c *Client) sandboxFromProto(p *sandboxv1.Sandbox) *Sandbox {
 		CreatedAt:     timeOf(p.GetCreatedAt()),
 		ExpiresAt:     timeOf(p.GetExpiresAt()),
 		IdleExpiresAt: timeOf(p.GetIdleExpiresAt()),
+		NetworkPolicy: networkPolicyOf(p.GetNetwork()),
 		c:             c,
 	}
 	if p.GetIdleTtl() != nil {

@@ -32,6 +32,7 @@ from .types import (BatchResult, DirListing, Event, ExecInfo, ExecResult, ExitSt
                     ImageConfig, Key, Layer, OutputChunk, Resources, Stats, TarStats)
 from .types import GradeResult, SessionInfo  # noqa: E402
 from .config import Config, load_config  # noqa: E402
+from .network import NetworkDenial, NetworkInfo, NetworkResult  # noqa: E402
 from .pack import Pack  # noqa: E402
 from .sandbox import Process, Sandbox, Session  # noqa: E402
 from .client import DSecClient, DSecContainerRunArgs, WatchStream, parse_size  # noqa: E402
@@ -47,5 +48,5 @@ __all__ = [
     "DSecError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError", "FailedPreconditionError",
     "ResourceExhaustedError", "DeadlineExceededError", "UnauthenticatedError", "PermissionDeniedError",
     "UnavailableError", "InternalError", "CapabilityMissingError", "ArchiveError",
-    "Pack",
+    "Pack", "NetworkInfo", "NetworkDenial", "NetworkResult",
 ]

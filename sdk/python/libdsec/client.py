@@ -9,6 +9,7 @@ from typing import Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, 
 from . import __version__, _wire, errors
 from ._transport import NoRetry, ServerStream, Transport, _forked_leftovers
 from .config import Config, load_config
+from .network import Network, NetworkResult, network_request, results_of
 from .sandbox import Sandbox, Source, _chunks
 from .types import BatchResult, Event, Image, ImageConfig, Key, Layer
 from .types import DiskUsage, GCResult, ImageDetails, LayerUsage, Project
@@ -43,9 +44,13 @@ class DSecContainerRunArgs:
         ttl_running_stop: hard TTL in seconds: the sandbox is deleted this
             long after creation (default 3600).
         network_rules: network access by intent, e.g. {"pypi": True,
-            "npm": False}. dsec has no network policy yet: sandboxes have no
-            network, so rules that allow anything raise
-            CapabilityMissingError; {} or all-False rules are fine.
+            "npm": False}: targets (normally catalogue services) allowed
+            when True and denied when False (docs/network.md); {} or None
+            is no network (loopback only).
+        network: instead of network_rules, the CLI's --network syntax
+            ("allow=pypi,github,deny=npm", "open", "policy=FILE.json") or a
+            policy document ({"rules": [{"action": "allow", "service":
+            "pypi"}]}).
         init_user: default user of commands: name, uid or uid:gid (default
             root).
         env: environment variables of every command, on top of the image's.
@@ -76,32 +81,17 @@ class DSecContainerRunArgs:
     pids_limit: int = 0
     backend: str = ""
     idempotency_key: str = ""
+    network: Network = None
 
     def _request(self) -> Dict[str, Any]:
         """The create request for these arguments."""
-        check_network_rules(self.network_rules)
         return create_request(
             self.container_image, labels=self.labels, env=self.env,
             memory=_mib(self.memory_limit_mb, "memory_limit_mb"), cpus=self.cpu_cores_limit,
             pids=self.pids_limit, disk=_mib(self.disk_limit_mb, "disk_limit_mb"), workdir=self.cwd,
             user=self.init_user, ttl=self.ttl_running_stop or None, idle_ttl=self.ttl_idle_stop or None,
-            backend=self.backend, idempotency_key=self.idempotency_key)
-
-
-def check_network_rules(rules: Optional[Mapping[str, bool]]) -> None:
-    """Refuse network rules that allow anything: dsec has no network policy
-    yet (sandboxes have no network), and a rule is never ignored."""
-    if rules is None:
-        return
-    if not isinstance(rules, Mapping):
-        raise errors.InvalidArgumentError("network_rules must be a mapping of names to booleans, e.g. "
-                                          "{\"pypi\": False}, not %s" % type(rules).__name__)
-    allowed = sorted(str(k) for k, v in rules.items() if v)
-    if allowed:
-        raise errors.CapabilityMissingError(
-            "network_rules allow %s, but this dsec has no network policy yet (missing capability: network "
-            "policy): sandboxes run without network. Pass network_rules={} (or only False rules) until "
-            "network policy lands" % ", ".join(repr(a) for a in allowed), "network policy")
+            backend=self.backend, idempotency_key=self.idempotency_key,
+            network_rules=self.network_rules, network=self.network)
 
 
 def _mib(v: Union[int, float], what: str) -> int:
@@ -153,7 +143,9 @@ def create_request(image: str, *, labels: Optional[Mapping[str, str]] = None,
                    ttl: Optional[_wire.Seconds] = None, idle_ttl: Optional[_wire.Seconds] = None,
                    backend: Optional[str] = None, idempotency_key: Optional[str] = None,
                    layers: Optional[Iterable[str]] = None,
-                   layer_config: Optional[ImageConfig] = None) -> Dict[str, Any]:
+                   layer_config: Optional[ImageConfig] = None,
+                   network_rules: Optional[Mapping[str, bool]] = None,
+                   network: Network = None) -> Dict[str, Any]:
     layer_list = _wire.string_list(layers or (), "layers")
     if layer_list and image:
         raise errors.InvalidArgumentError("create: give an image or a list of layers, not both")
@@ -196,6 +188,9 @@ def create_request(image: str, *, labels: Optional[Mapping[str, str]] = None,
         msg["backend"] = backend
     if idempotency_key:
         msg["idempotencyKey"] = idempotency_key
+    net = network_request(network_rules, network)
+    if net is not None:
+        msg["network"] = net
     return msg
 
 
@@ -351,6 +346,7 @@ class DSecClient:
                      ttl: Optional[_wire.Seconds] = None, idle_ttl: Optional[_wire.Seconds] = None,
                      backend: Optional[str] = None, idempotency_key: Optional[str] = None,
                      layers: Optional[Iterable[str]] = None, layer_config: Optional[ImageConfig] = None,
+                     network_rules: Optional[Mapping[str, bool]] = None, network: Network = None,
                      timeout: Optional[float] = 120) -> Sandbox:
         """Create a sandbox from image and return it once it runs; the
         Go-style form of :meth:`run_container`.
@@ -368,7 +364,7 @@ class DSecClient:
         return await self._create(create_request(
             image, labels=labels, env=env, memory=memory, cpus=cpus, pids=pids, disk=disk, workdir=workdir,
             user=user, ttl=ttl, idle_ttl=idle_ttl, backend=backend, idempotency_key=idempotency_key,
-            layers=layers, layer_config=layer_config), timeout)
+            layers=layers, layer_config=layer_config, network_rules=network_rules, network=network), timeout)
 
     async def _create(self, req: Dict[str, Any], timeout: Optional[float]) -> Sandbox:
         t = self._transport()
@@ -463,6 +459,25 @@ class DSecClient:
         resp = await self._transport().unary(_SVC + "Delete", {"selector": sel},
                                              timeout=self._call_timeout(timeout), safe=False)
         return list(resp.get("deleted") or [])
+
+    async def update_network_by_labels(self, selector: Selector, network: Network = None, *,
+                                       network_rules: Optional[Mapping[str, bool]] = None, merge: bool = False,
+                                       timeout: Optional[float] = None) -> List[NetworkResult]:
+        """Replace the network policy of every sandbox whose labels match
+        every k=v of selector (or with merge add the rules to each one's),
+        as :meth:`Sandbox.update_network` does; one result per sandbox, in
+        ID order. A bad policy raises; what fails for one sandbox is in its
+        result's error."""
+        sel = selector_of(selector)
+        if not sel:
+            raise errors.InvalidArgumentError("update network: empty label selector; give at least one label, or "
+                                              "update a sandbox by ID")
+        msg: Dict[str, Any] = {"selector": sel, "policy": network_request(network_rules, network) or {"mode": "none"}}
+        if merge:
+            msg["merge"] = True
+        resp = await self._transport().unary(_SVC + "UpdateNetwork", msg, timeout=self._call_timeout(timeout),
+                                             safe=not merge)
+        return results_of(resp)
 
     async def watch(self, selector: Selector = None, *, initial: bool = False) -> "WatchStream":
         """Watch the sandboxes selector selects: return once the server

@@ -12,6 +12,7 @@ from typing import (TYPE_CHECKING, Any, AsyncIterator, Dict, Iterable, List, Map
 
 from . import _tar, _wire, errors
 from ._transport import NoRetry, ServerStream, Transport
+from .network import Network, NetworkInfo, network_request, policy_of, results_of
 from .pack import Pack
 from .types import (DirListing, ExecInfo, ExecResult, ExitStatus, FileInfo, GradeResult, OutputChunk, Resources,
                     SessionInfo, Stats, TarStats)
@@ -93,6 +94,8 @@ class Sandbox:
         idle_expires_at: when its idle TTL ends it unless something uses it
             first; None while a stream is open or without an idle TTL.
         user, workdir, env: the defaults of its commands.
+        network_policy: its network policy document ({"mode": "none"}
+            without network); network() adds its addresses and counters.
     """
 
     def __init__(self, client: "DSecClient", id: str) -> None:
@@ -113,6 +116,7 @@ class Sandbox:
         self.user = ""
         self.workdir = ""
         self.env: Dict[str, str] = {}
+        self.network_policy: Dict[str, Any] = {"mode": "none"}
 
     @classmethod
     def _from_json(cls, client: "DSecClient", m: Mapping[str, Any]) -> "Sandbox":
@@ -139,6 +143,7 @@ class Sandbox:
         self.user = m.get("user", "")
         self.workdir = m.get("workdir", "")
         self.env = dict(m.get("env") or {})
+        self.network_policy = policy_of(m.get("network"))
 
     def __repr__(self) -> str:
         return "Sandbox(id=%r, image=%r, state=%r)" % (self.id, self.image, self.state)
@@ -208,6 +213,30 @@ class Sandbox:
         resp = await self._t.unary(_SVC + "UpdateLabels", {"id": self.id, "set": set_, "remove": rm},
                                    timeout=self._timeout(timeout), safe=True)
         self._update(resp.get("sandbox"))
+
+    async def update_network(self, network: Network = None, *, network_rules: Optional[Mapping[str, bool]] = None,
+                             merge: bool = False, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Replace the sandbox's network policy (or with merge add the rules
+        to it) and return the policy now in force. network and
+        network_rules are as at create (libdsec.network); None is no
+        network. It applies to new connections at once; established ones
+        it no longer allows are cut."""
+        msg: Dict[str, Any] = {"id": self.id, "policy": network_request(network_rules, network) or {"mode": "none"}}
+        if merge:
+            msg["merge"] = True
+        resp = await self._t.unary(_SVC + "UpdateNetwork", msg, timeout=self._timeout(timeout), safe=not merge)
+        for r in results_of(resp):
+            if r.id == self.id:
+                if r.error is not None:
+                    raise r.error
+                return r.policy or {"mode": "none"}
+        raise errors.InternalError("update network: the server did not answer for sandbox %s" % self.id)
+
+    async def network(self, *, timeout: Optional[float] = None) -> NetworkInfo:
+        """Report the sandbox's network: its policy, addresses, counters and
+        recent denials (why a connection failed)."""
+        resp = await self._t.unary(_SVC + "GetNetwork", {"id": self.id}, timeout=self._timeout(timeout), safe=True)
+        return NetworkInfo._from_json(resp)
 
     async def stats(self, *, timeout: Optional[float] = None) -> Stats:
         """Report the sandbox's resource use and limits."""

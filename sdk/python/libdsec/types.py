@@ -353,6 +353,8 @@ class Stats:
         disk, disk_limit: the writable layer's use and size in bytes.
         oom_kills: processes the kernel killed for memory.
         output, output_limit: bytes of exec output kept, and the quota.
+        net_out, net_in, net_connections, net_denied: network counters
+            (zero without network; Sandbox.network() has them all).
     """
 
     cpu: float = 0.0
@@ -366,6 +368,10 @@ class Stats:
     oom_kills: int = 0
     output: int = 0
     output_limit: int = 0
+    net_out: int = 0
+    net_in: int = 0
+    net_connections: int = 0
+    net_denied: int = 0
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "Stats":
@@ -374,7 +380,9 @@ class Stats:
                    memory=i(m.get("memoryBytes")), memory_limit=i(m.get("memoryLimit")), pids=i(m.get("pids")),
                    pids_limit=i(m.get("pidsLimit")), disk=i(m.get("diskBytes")), disk_limit=i(m.get("diskLimit")),
                    oom_kills=i(m.get("oomKills")), output=i(m.get("outputBytes")),
-                   output_limit=i(m.get("outputLimit")))
+                   output_limit=i(m.get("outputLimit")), net_out=i(m.get("netBytesOut")),
+                   net_in=i(m.get("netBytesIn")), net_connections=i(m.get("netConnectionsOut")),
+                   net_denied=i(m.get("netDenied")))
 
 
 @dataclasses.dataclass

@@ -21,8 +21,7 @@ from libdsec import DSecClient, DSecContainerRunArgs
 
 
 class ListingTest(unittest.IsolatedAsyncioTestCase):
-    """The issue's listing, verbatim but for network_rules={} (dsec has no
-    network policy yet) and the image."""
+    """The issue's listing, verbatim but for the image."""
 
     async def asyncSetUp(self):
         self.addr, self.key = support.live_settings()
@@ -31,7 +30,7 @@ class ListingTest(unittest.IsolatedAsyncioTestCase):
     async def test_listing(self):
         client = DSecClient(); await client.open()
         args = DSecContainerRunArgs(container_image=IMAGE, memory_limit_mb=4096, cpu_cores_limit=4,
-                                    ttl_running_stop=300, network_rules={},
+                                    ttl_running_stop=300, network_rules={"pypi": True, "npm": False},
                                     init_user="root")
         sandbox = await client.run_container(args, timeout=120)
         result = await sandbox.run_shell("echo hello world")
@@ -47,15 +46,22 @@ class ListingTest(unittest.IsolatedAsyncioTestCase):
             await client.get(sandbox.id)
         await client.close()
 
-    async def test_network_rules_that_allow_fail_clearly(self):
+    async def test_network_rules(self):
+        # DSec's listing with its network rules: the sandbox runs with them,
+        # and network() shows them in force.
         async with DSecClient() as client:
-            args = DSecContainerRunArgs(container_image=IMAGE, network_rules={"npm": False, "pypi": True})
-            before = {s.id for s in await client.list_sandboxes()}
-            with self.assertRaises(libdsec.CapabilityMissingError) as cm:
-                await client.run_container(args, timeout=120)
-            self.assertIn("network policy", str(cm.exception))
-            self.assertIn("pypi", str(cm.exception))
-            self.assertEqual({s.id for s in await client.list_sandboxes()}, before, "a sandbox was created anyway")
+            args = DSecContainerRunArgs(container_image=IMAGE, memory_limit_mb=64, ttl_running_stop=300,
+                                        network_rules={"pypi": True, "npm": False}, init_user="root")
+            sandbox = await client.run_container(args, timeout=120)
+            try:
+                info = await sandbox.network()
+                self.assertEqual([(r["action"], r.get("service")) for r in info.policy["rules"]],
+                                 [("allow", "pypi"), ("deny", "npm")])
+                with self.assertRaises(libdsec.InvalidArgumentError) as cm:
+                    await sandbox.update_network(network_rules={"pipy": True})
+                self.assertIn("pipy", str(cm.exception))
+            finally:
+                await sandbox.stop()
 
 
 class ExecTest(support.SharedSandboxTestCase):

@@ -55,8 +55,11 @@ class SyncTest(unittest.TestCase):
         self.assertEqual(sandbox.state, "deleted")
         with self.assertRaises(sync.NotFoundError):
             self.client.get(sandbox.id)
-        with self.assertRaises(sync.CapabilityMissingError):
-            self.client.run_container(sync.DSecContainerRunArgs(container_image=IMAGE, network_rules={"pypi": True}))
+        # Network rules are accepted; the policy is the sandbox's.
+        args = sync.DSecContainerRunArgs(container_image=IMAGE, memory_limit_mb=64, network_rules={"pypi": True},
+                                         labels={"job": self.job})
+        with self.client.run_container(args, timeout=120) as sb:
+            self.assertEqual(sb.network().policy["rules"][0]["service"], "pypi")
 
     def test_everything_through_the_wrapper(self):
         self.assertTrue(self.client.open().whoami().admin)

@@ -8,7 +8,7 @@ import support  # noqa: F401  (puts the source tree on sys.path)
 
 import libdsec
 from libdsec import _wire, errors
-from libdsec.client import check_network_rules, create_request, parse_size, selector_of
+from libdsec.client import create_request, parse_size, selector_of
 
 
 class DurationTest(unittest.TestCase):
@@ -152,27 +152,12 @@ class ArgumentsTest(unittest.TestCase):
             "image": "busybox",
             "resources": {"memoryBytes": str(4096 << 20), "cpus": 4.0, "pids": "100", "diskBytes": str(1 << 30)},
             "labels": {"job": "x"}, "env": {"A": "1"}, "workdir": "/tmp", "user": "root", "ttl": "300s",
-            "idleTtl": "60s", "idempotencyKey": "k"})
+            "idleTtl": "60s", "idempotencyKey": "k", "network": {"text": "deny=npm"}})
         self.assertEqual(create_request("busybox"), {"image": "busybox", "resources": {}})
         for bad in [dict(image=""), dict(image="x", ttl=-1), dict(image="x", labels={"a": 1}),
                     dict(image="x", memory="lots")]:
             with self.assertRaises(libdsec.InvalidArgumentError, msg=repr(bad)):
                 create_request(**bad)
-
-    def test_network_rules(self):
-        for ok in [None, {}, {"pypi": False, "npm": False}]:
-            check_network_rules(ok)
-        with self.assertRaises(libdsec.CapabilityMissingError) as cm:
-            check_network_rules({"pypi": True, "npm": False})
-        e = cm.exception
-        self.assertIsInstance(e, libdsec.FailedPreconditionError)
-        self.assertIsInstance(e, NotImplementedError)
-        self.assertEqual(e.capability, "network policy")
-        self.assertIn("network policy", str(e))
-        self.assertIn("'pypi'", str(e))
-        self.assertNotIn("'npm'", str(e))
-        with self.assertRaises(libdsec.InvalidArgumentError):
-            check_network_rules(["pypi"])
 
     def test_exit_status_code(self):
         self.assertEqual(libdsec.ExitStatus(exit_code=3).code, 3)

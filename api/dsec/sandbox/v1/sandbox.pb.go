@@ -353,6 +353,8 @@ type Sandbox struct {
 	// unset while a stream (exec, attach, shell) is open or without an idle
 	// TTL.
 	IdleExpiresAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=idle_expires_at,json=idleExpiresAt,proto3" json:"idle_expires_at,omitempty"`
+	// The network policy; unset is none (loopback only).
+	Network       *NetworkPolicy `protobuf:"bytes,17,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -499,6 +501,13 @@ func (x *Sandbox) GetIdleExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Sandbox) GetNetwork() *NetworkPolicy {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
 type CreateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Image or environment, NAME[:TAG] (tag defaults to latest).
@@ -523,8 +532,10 @@ type CreateRequest struct {
 	// ("sha256:<hex>", lowest first), each a registered layer, stacked as
 	// overlay lowers, with layer_config as the image config. Exactly one of
 	// image and layers.
-	Layers        []string     `protobuf:"bytes,11,rep,name=layers,proto3" json:"layers,omitempty"`
-	LayerConfig   *LayerConfig `protobuf:"bytes,12,opt,name=layer_config,json=layerConfig,proto3" json:"layer_config,omitempty"`
+	Layers      []string     `protobuf:"bytes,11,rep,name=layers,proto3" json:"layers,omitempty"`
+	LayerConfig *LayerConfig `protobuf:"bytes,12,opt,name=layer_config,json=layerConfig,proto3" json:"layer_config,omitempty"`
+	// Network egress policy; absent is none (loopback only, as before).
+	Network       *NetworkPolicy `protobuf:"bytes,13,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -643,6 +654,636 @@ func (x *CreateRequest) GetLayerConfig() *LayerConfig {
 	return nil
 }
 
+func (x *CreateRequest) GetNetwork() *NetworkPolicy {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// NetworkPolicy grants a sandbox egress by intent (docs/network.md). It is
+// the JSON policy document of `--network policy=FILE.json`.
+type NetworkPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "none" (loopback only), "rules" (what the rules allow) or "open" (all
+	// public egress but what the rules deny; the operator may forbid it).
+	// Empty is rules when there are rules, else none.
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// In order; a denial names a rule by its number, counted from 1.
+	Rules []*NetworkRule `protobuf:"bytes,2,rep,name=rules,proto3" json:"rules,omitempty"`
+	// The policy in the CLI's --network syntax ("allow=pypi,github,deny=npm",
+	// "open,deny=*.example.com"), instead of mode and rules; the server
+	// parses it (policy=FILE is the CLI's and not accepted here). Replies
+	// always give mode and rules.
+	Text          string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkPolicy) Reset() {
+	*x = NetworkPolicy{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkPolicy) ProtoMessage() {}
+
+func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
+func (*NetworkPolicy) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NetworkPolicy) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *NetworkPolicy) GetRules() []*NetworkRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *NetworkPolicy) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+// NetworkRule allows or denies one target: exactly one of service, domain
+// and cidr.
+type NetworkRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "allow" or "deny".
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// Types that are valid to be assigned to Target:
+	//
+	//	*NetworkRule_Service
+	//	*NetworkRule_Domain
+	//	*NetworkRule_Cidr
+	Target isNetworkRule_Target `protobuf_oneof:"target"`
+	// Ports and ranges ("443", "8000-8100"); none: the service's ports for an
+	// allowed service, every port otherwise.
+	Ports []string `protobuf:"bytes,5,rep,name=ports,proto3" json:"ports,omitempty"`
+	// "tcp" (the default) or "udp" (with a cidr only).
+	Protocol      string `protobuf:"bytes,6,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkRule) Reset() {
+	*x = NetworkRule{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkRule) ProtoMessage() {}
+
+func (x *NetworkRule) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkRule.ProtoReflect.Descriptor instead.
+func (*NetworkRule) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *NetworkRule) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *NetworkRule) GetTarget() isNetworkRule_Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *NetworkRule) GetService() string {
+	if x != nil {
+		if x, ok := x.Target.(*NetworkRule_Service); ok {
+			return x.Service
+		}
+	}
+	return ""
+}
+
+func (x *NetworkRule) GetDomain() string {
+	if x != nil {
+		if x, ok := x.Target.(*NetworkRule_Domain); ok {
+			return x.Domain
+		}
+	}
+	return ""
+}
+
+func (x *NetworkRule) GetCidr() string {
+	if x != nil {
+		if x, ok := x.Target.(*NetworkRule_Cidr); ok {
+			return x.Cidr
+		}
+	}
+	return ""
+}
+
+func (x *NetworkRule) GetPorts() []string {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *NetworkRule) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+type isNetworkRule_Target interface {
+	isNetworkRule_Target()
+}
+
+type NetworkRule_Service struct {
+	// A catalogue service ("pypi", "npm", "github", ..., "dsec-api").
+	Service string `protobuf:"bytes,2,opt,name=service,proto3,oneof"`
+}
+
+type NetworkRule_Domain struct {
+	// An exact name ("example.com") or a wildcard ("*.example.com").
+	Domain string `protobuf:"bytes,3,opt,name=domain,proto3,oneof"`
+}
+
+type NetworkRule_Cidr struct {
+	// A network or a bare address ("10.0.0.0/8", "2001:db8::/32").
+	Cidr string `protobuf:"bytes,4,opt,name=cidr,proto3,oneof"`
+}
+
+func (*NetworkRule_Service) isNetworkRule_Target() {}
+
+func (*NetworkRule_Domain) isNetworkRule_Target() {}
+
+func (*NetworkRule_Cidr) isNetworkRule_Target() {}
+
+type UpdateNetworkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one of id and selector.
+	Id       string            `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Selector map[string]string `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Policy   *NetworkPolicy    `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Append policy's rules to each sandbox's policy (and take its mode when
+	// set) instead of replacing it.
+	Merge         bool `protobuf:"varint,4,opt,name=merge,proto3" json:"merge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateNetworkRequest) Reset() {
+	*x = UpdateNetworkRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNetworkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNetworkRequest) ProtoMessage() {}
+
+func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNetworkRequest.ProtoReflect.Descriptor instead.
+func (*UpdateNetworkRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateNetworkRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *UpdateNetworkRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *UpdateNetworkRequest) GetPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *UpdateNetworkRequest) GetMerge() bool {
+	if x != nil {
+		return x.Merge
+	}
+	return false
+}
+
+type NetworkResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The policy now in force, when the update succeeded.
+	Policy *NetworkPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Why the update of this sandbox failed.
+	Error         *ItemError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkResult) Reset() {
+	*x = NetworkResult{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkResult) ProtoMessage() {}
+
+func (x *NetworkResult) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkResult.ProtoReflect.Descriptor instead.
+func (*NetworkResult) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NetworkResult) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *NetworkResult) GetPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *NetworkResult) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type UpdateNetworkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per sandbox, in ID order.
+	Results       []*NetworkResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateNetworkResponse) Reset() {
+	*x = UpdateNetworkResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNetworkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNetworkResponse) ProtoMessage() {}
+
+func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNetworkResponse.ProtoReflect.Descriptor instead.
+func (*UpdateNetworkResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *UpdateNetworkResponse) GetResults() []*NetworkResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type GetNetworkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNetworkRequest) Reset() {
+	*x = GetNetworkRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNetworkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNetworkRequest) ProtoMessage() {}
+
+func (x *GetNetworkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNetworkRequest.ProtoReflect.Descriptor instead.
+func (*GetNetworkRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetNetworkRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// NetworkDenial is one denied connection or name lookup.
+type NetworkDenial struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// "ADDR:PORT/tcp", "ADDR:PORT/udp", or the name looked up.
+	Destination string `protobuf:"bytes,2,opt,name=destination,proto3" json:"destination,omitempty"`
+	// The TLS SNI or HTTP Host the connection named, if any.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Which rule denied it, or why ("denied by rule 3 (deny npm)").
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkDenial) Reset() {
+	*x = NetworkDenial{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkDenial) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkDenial) ProtoMessage() {}
+
+func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkDenial.ProtoReflect.Descriptor instead.
+func (*NetworkDenial) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *NetworkDenial) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *NetworkDenial) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *NetworkDenial) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NetworkDenial) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type GetNetworkResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy *NetworkPolicy         `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// The sandbox's own address and its gateway (and resolver); empty
+	// without network.
+	Address           string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Gateway           string `protobuf:"bytes,3,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	BytesOut          int64  `protobuf:"varint,4,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	BytesIn           int64  `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	ConnectionsOut    int64  `protobuf:"varint,6,opt,name=connections_out,json=connectionsOut,proto3" json:"connections_out,omitempty"`
+	ConnectionsActive int64  `protobuf:"varint,7,opt,name=connections_active,json=connectionsActive,proto3" json:"connections_active,omitempty"`
+	// Connections and lookups refused.
+	Denied     int64 `protobuf:"varint,8,opt,name=denied,proto3" json:"denied,omitempty"`
+	DnsQueries int64 `protobuf:"varint,9,opt,name=dns_queries,json=dnsQueries,proto3" json:"dns_queries,omitempty"`
+	DnsDenied  int64 `protobuf:"varint,10,opt,name=dns_denied,json=dnsDenied,proto3" json:"dns_denied,omitempty"`
+	// The most recent denials, oldest first.
+	Denials       []*NetworkDenial `protobuf:"bytes,11,rep,name=denials,proto3" json:"denials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNetworkResponse) Reset() {
+	*x = GetNetworkResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNetworkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNetworkResponse) ProtoMessage() {}
+
+func (x *GetNetworkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNetworkResponse.ProtoReflect.Descriptor instead.
+func (*GetNetworkResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetNetworkResponse) GetPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *GetNetworkResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *GetNetworkResponse) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *GetNetworkResponse) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *GetNetworkResponse) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *GetNetworkResponse) GetConnectionsOut() int64 {
+	if x != nil {
+		return x.ConnectionsOut
+	}
+	return 0
+}
+
+func (x *GetNetworkResponse) GetConnectionsActive() int64 {
+	if x != nil {
+		return x.ConnectionsActive
+	}
+	return 0
+}
+
+func (x *GetNetworkResponse) GetDenied() int64 {
+	if x != nil {
+		return x.Denied
+	}
+	return 0
+}
+
+func (x *GetNetworkResponse) GetDnsQueries() int64 {
+	if x != nil {
+		return x.DnsQueries
+	}
+	return 0
+}
+
+func (x *GetNetworkResponse) GetDnsDenied() int64 {
+	if x != nil {
+		return x.DnsDenied
+	}
+	return 0
+}
+
+func (x *GetNetworkResponse) GetDenials() []*NetworkDenial {
+	if x != nil {
+		return x.Denials
+	}
+	return nil
+}
+
 // LayerConfig is how a sandbox created from an explicit list of layers runs
 // by default, as an image's config says for an image.
 type LayerConfig struct {
@@ -659,7 +1300,7 @@ type LayerConfig struct {
 
 func (x *LayerConfig) Reset() {
 	*x = LayerConfig{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +1312,7 @@ func (x *LayerConfig) String() string {
 func (*LayerConfig) ProtoMessage() {}
 
 func (x *LayerConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +1325,7 @@ func (x *LayerConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayerConfig.ProtoReflect.Descriptor instead.
 func (*LayerConfig) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LayerConfig) GetEnv() []string {
@@ -717,7 +1358,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +1370,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +1383,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateResponse) GetSandbox() *Sandbox {
@@ -761,7 +1402,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +1414,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +1427,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRequest) GetId() string {
@@ -805,7 +1446,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1458,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1471,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetResponse) GetSandbox() *Sandbox {
@@ -851,7 +1492,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1504,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1517,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListRequest) GetSelector() map[string]string {
@@ -895,7 +1536,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +1548,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1561,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListResponse) GetSandboxes() []*Sandbox {
@@ -941,7 +1582,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1594,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1607,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteRequest) GetId() string {
@@ -992,7 +1633,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1645,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1658,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteResponse) GetDeleted() []string {
@@ -1082,7 +1723,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1735,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1748,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecRequest) GetSandboxId() string {
@@ -1238,7 +1879,7 @@ type ExecStarted struct {
 
 func (x *ExecStarted) Reset() {
 	*x = ExecStarted{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1891,7 @@ func (x *ExecStarted) String() string {
 func (*ExecStarted) ProtoMessage() {}
 
 func (x *ExecStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1904,7 @@ func (x *ExecStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStarted.ProtoReflect.Descriptor instead.
 func (*ExecStarted) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecStarted) GetExecId() string {
@@ -1285,7 +1926,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1938,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1951,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OutputChunk) GetStream() Stream {
@@ -1367,7 +2008,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +2020,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +2033,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecExit) GetExitCode() int32 {
@@ -1480,7 +2121,7 @@ type Keepalive struct {
 
 func (x *Keepalive) Reset() {
 	*x = Keepalive{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +2133,7 @@ func (x *Keepalive) String() string {
 func (*Keepalive) ProtoMessage() {}
 
 func (x *Keepalive) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +2146,7 @@ func (x *Keepalive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Keepalive.ProtoReflect.Descriptor instead.
 func (*Keepalive) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 type ExecResponse struct {
@@ -1523,7 +2164,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +2176,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +2189,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecResponse) GetEvent() isExecResponse_Event {
@@ -1643,7 +2284,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +2296,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +2309,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1754,7 +2395,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +2407,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +2420,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadFileRequest) GetSandboxId() string {
@@ -1821,7 +2462,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +2474,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +2487,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadFileResponse) GetInfo() *FileInfo {
@@ -1879,7 +2520,7 @@ type WriteFileHeader struct {
 
 func (x *WriteFileHeader) Reset() {
 	*x = WriteFileHeader{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2532,7 @@ func (x *WriteFileHeader) String() string {
 func (*WriteFileHeader) ProtoMessage() {}
 
 func (x *WriteFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2545,7 @@ func (x *WriteFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileHeader.ProtoReflect.Descriptor instead.
 func (*WriteFileHeader) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WriteFileHeader) GetSandboxId() string {
@@ -1955,7 +2596,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2608,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2621,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WriteFileRequest) GetMsg() isWriteFileRequest_Msg {
@@ -2033,7 +2674,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2686,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2699,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WriteFileResponse) GetInfo() *FileInfo {
@@ -2080,7 +2721,7 @@ type BatchCreateRequest struct {
 
 func (x *BatchCreateRequest) Reset() {
 	*x = BatchCreateRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2733,7 @@ func (x *BatchCreateRequest) String() string {
 func (*BatchCreateRequest) ProtoMessage() {}
 
 func (x *BatchCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2746,7 @@ func (x *BatchCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateRequest.ProtoReflect.Descriptor instead.
 func (*BatchCreateRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BatchCreateRequest) GetTemplate() *CreateRequest {
@@ -2134,7 +2775,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2787,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2800,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ItemError) GetCode() string {
@@ -2194,7 +2835,7 @@ type BatchCreateResult struct {
 
 func (x *BatchCreateResult) Reset() {
 	*x = BatchCreateResult{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2847,7 @@ func (x *BatchCreateResult) String() string {
 func (*BatchCreateResult) ProtoMessage() {}
 
 func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2860,7 @@ func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateResult.ProtoReflect.Descriptor instead.
 func (*BatchCreateResult) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BatchCreateResult) GetIndex() int32 {
@@ -2253,7 +2894,7 @@ type BatchCreateResponse struct {
 
 func (x *BatchCreateResponse) Reset() {
 	*x = BatchCreateResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2906,7 @@ func (x *BatchCreateResponse) String() string {
 func (*BatchCreateResponse) ProtoMessage() {}
 
 func (x *BatchCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2919,7 @@ func (x *BatchCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateResponse.ProtoReflect.Descriptor instead.
 func (*BatchCreateResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *BatchCreateResponse) GetResults() []*BatchCreateResult {
@@ -2301,7 +2942,7 @@ type SetTimeoutRequest struct {
 
 func (x *SetTimeoutRequest) Reset() {
 	*x = SetTimeoutRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2954,7 @@ func (x *SetTimeoutRequest) String() string {
 func (*SetTimeoutRequest) ProtoMessage() {}
 
 func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2967,7 @@ func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetTimeoutRequest) GetId() string {
@@ -2359,7 +3000,7 @@ type SetTimeoutResponse struct {
 
 func (x *SetTimeoutResponse) Reset() {
 	*x = SetTimeoutResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +3012,7 @@ func (x *SetTimeoutResponse) String() string {
 func (*SetTimeoutResponse) ProtoMessage() {}
 
 func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +3025,7 @@ func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetTimeoutResponse) GetSandbox() *Sandbox {
@@ -2405,7 +3046,7 @@ type UpdateLabelsRequest struct {
 
 func (x *UpdateLabelsRequest) Reset() {
 	*x = UpdateLabelsRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +3058,7 @@ func (x *UpdateLabelsRequest) String() string {
 func (*UpdateLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +3071,7 @@ func (x *UpdateLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UpdateLabelsRequest) GetId() string {
@@ -2463,7 +3104,7 @@ type UpdateLabelsResponse struct {
 
 func (x *UpdateLabelsResponse) Reset() {
 	*x = UpdateLabelsResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +3116,7 @@ func (x *UpdateLabelsResponse) String() string {
 func (*UpdateLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +3129,7 @@ func (x *UpdateLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UpdateLabelsResponse) GetSandbox() *Sandbox {
@@ -2510,7 +3151,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +3163,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +3176,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchRequest) GetSelector() map[string]string {
@@ -2564,7 +3205,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +3217,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +3230,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Event) GetType() EventType {
@@ -2633,7 +3274,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +3286,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +3299,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchResponse) GetMsg() isWatchResponse_Msg {
@@ -2711,7 +3352,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +3364,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +3377,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatsRequest) GetId() string {
@@ -2758,15 +3399,21 @@ type StatsResponse struct {
 	DiskLimit   int64                  `protobuf:"varint,8,opt,name=disk_limit,json=diskLimit,proto3" json:"disk_limit,omitempty"`
 	OomKills    int64                  `protobuf:"varint,9,opt,name=oom_kills,json=oomKills,proto3" json:"oom_kills,omitempty"`
 	// Bytes of exec output kept for the sandbox, and the cap.
-	OutputBytes   int64 `protobuf:"varint,10,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
-	OutputLimit   int64 `protobuf:"varint,11,opt,name=output_limit,json=outputLimit,proto3" json:"output_limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OutputBytes int64 `protobuf:"varint,10,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	OutputLimit int64 `protobuf:"varint,11,opt,name=output_limit,json=outputLimit,proto3" json:"output_limit,omitempty"`
+	// Network counters (zero without network; GetNetwork has them all):
+	// bytes out and in, connections out, connections and lookups refused.
+	NetBytesOut       int64 `protobuf:"varint,12,opt,name=net_bytes_out,json=netBytesOut,proto3" json:"net_bytes_out,omitempty"`
+	NetBytesIn        int64 `protobuf:"varint,13,opt,name=net_bytes_in,json=netBytesIn,proto3" json:"net_bytes_in,omitempty"`
+	NetConnectionsOut int64 `protobuf:"varint,14,opt,name=net_connections_out,json=netConnectionsOut,proto3" json:"net_connections_out,omitempty"`
+	NetDenied         int64 `protobuf:"varint,15,opt,name=net_denied,json=netDenied,proto3" json:"net_denied,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +3425,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +3438,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StatsResponse) GetCpuUsage() *durationpb.Duration {
@@ -2871,6 +3518,34 @@ func (x *StatsResponse) GetOutputLimit() int64 {
 	return 0
 }
 
+func (x *StatsResponse) GetNetBytesOut() int64 {
+	if x != nil {
+		return x.NetBytesOut
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetNetBytesIn() int64 {
+	if x != nil {
+		return x.NetBytesIn
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetNetConnectionsOut() int64 {
+	if x != nil {
+		return x.NetConnectionsOut
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetNetDenied() int64 {
+	if x != nil {
+		return x.NetDenied
+	}
+	return 0
+}
+
 type AttachRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
@@ -2883,7 +3558,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +3570,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3583,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AttachRequest) GetSandboxId() string {
@@ -2952,7 +3627,7 @@ type WriteStdinRequest struct {
 
 func (x *WriteStdinRequest) Reset() {
 	*x = WriteStdinRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2964,7 +3639,7 @@ func (x *WriteStdinRequest) String() string {
 func (*WriteStdinRequest) ProtoMessage() {}
 
 func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2977,7 +3652,7 @@ func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WriteStdinRequest) GetSandboxId() string {
@@ -3016,7 +3691,7 @@ type WriteStdinResponse struct {
 
 func (x *WriteStdinResponse) Reset() {
 	*x = WriteStdinResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3703,7 @@ func (x *WriteStdinResponse) String() string {
 func (*WriteStdinResponse) ProtoMessage() {}
 
 func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3716,7 @@ func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 type SignalRequest struct {
@@ -3056,7 +3731,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3743,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3756,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SignalRequest) GetSandboxId() string {
@@ -3113,7 +3788,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3800,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3813,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 type ResizeTTYRequest struct {
@@ -3153,7 +3828,7 @@ type ResizeTTYRequest struct {
 
 func (x *ResizeTTYRequest) Reset() {
 	*x = ResizeTTYRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3840,7 @@ func (x *ResizeTTYRequest) String() string {
 func (*ResizeTTYRequest) ProtoMessage() {}
 
 func (x *ResizeTTYRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3853,7 @@ func (x *ResizeTTYRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTTYRequest.ProtoReflect.Descriptor instead.
 func (*ResizeTTYRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ResizeTTYRequest) GetSandboxId() string {
@@ -3217,7 +3892,7 @@ type ResizeTTYResponse struct {
 
 func (x *ResizeTTYResponse) Reset() {
 	*x = ResizeTTYResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3904,7 @@ func (x *ResizeTTYResponse) String() string {
 func (*ResizeTTYResponse) ProtoMessage() {}
 
 func (x *ResizeTTYResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3917,7 @@ func (x *ResizeTTYResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTTYResponse.ProtoReflect.Descriptor instead.
 func (*ResizeTTYResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 type ListExecsRequest struct {
@@ -3254,7 +3929,7 @@ type ListExecsRequest struct {
 
 func (x *ListExecsRequest) Reset() {
 	*x = ListExecsRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3941,7 @@ func (x *ListExecsRequest) String() string {
 func (*ListExecsRequest) ProtoMessage() {}
 
 func (x *ListExecsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3954,7 @@ func (x *ListExecsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecsRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListExecsRequest) GetSandboxId() string {
@@ -3309,7 +3984,7 @@ type ExecInfo struct {
 
 func (x *ExecInfo) Reset() {
 	*x = ExecInfo{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3996,7 @@ func (x *ExecInfo) String() string {
 func (*ExecInfo) ProtoMessage() {}
 
 func (x *ExecInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +4009,7 @@ func (x *ExecInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInfo.ProtoReflect.Descriptor instead.
 func (*ExecInfo) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ExecInfo) GetExecId() string {
@@ -3416,7 +4091,7 @@ type ListExecsResponse struct {
 
 func (x *ListExecsResponse) Reset() {
 	*x = ListExecsResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +4103,7 @@ func (x *ListExecsResponse) String() string {
 func (*ListExecsResponse) ProtoMessage() {}
 
 func (x *ListExecsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +4116,7 @@ func (x *ListExecsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecsResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListExecsResponse) GetExecs() []*ExecInfo {
@@ -3461,7 +4136,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3473,7 +4148,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3486,7 +4161,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StatRequest) GetSandboxId() string {
@@ -3512,7 +4187,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3524,7 +4199,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3537,7 +4212,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *StatResponse) GetInfo() *FileInfo {
@@ -3559,7 +4234,7 @@ type ListDirRequest struct {
 
 func (x *ListDirRequest) Reset() {
 	*x = ListDirRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3571,7 +4246,7 @@ func (x *ListDirRequest) String() string {
 func (*ListDirRequest) ProtoMessage() {}
 
 func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3584,7 +4259,7 @@ func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirRequest.ProtoReflect.Descriptor instead.
 func (*ListDirRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListDirRequest) GetSandboxId() string {
@@ -3618,7 +4293,7 @@ type ListDirResponse struct {
 
 func (x *ListDirResponse) Reset() {
 	*x = ListDirResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3630,7 +4305,7 @@ func (x *ListDirResponse) String() string {
 func (*ListDirResponse) ProtoMessage() {}
 
 func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3643,7 +4318,7 @@ func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirResponse.ProtoReflect.Descriptor instead.
 func (*ListDirResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListDirResponse) GetEntries() []*FileInfo {
@@ -3675,7 +4350,7 @@ type MakeDirRequest struct {
 
 func (x *MakeDirRequest) Reset() {
 	*x = MakeDirRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3687,7 +4362,7 @@ func (x *MakeDirRequest) String() string {
 func (*MakeDirRequest) ProtoMessage() {}
 
 func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3700,7 +4375,7 @@ func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *MakeDirRequest) GetSandboxId() string {
@@ -3747,7 +4422,7 @@ type MakeDirResponse struct {
 
 func (x *MakeDirResponse) Reset() {
 	*x = MakeDirResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3759,7 +4434,7 @@ func (x *MakeDirResponse) String() string {
 func (*MakeDirResponse) ProtoMessage() {}
 
 func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3772,7 +4447,7 @@ func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *MakeDirResponse) GetInfo() *FileInfo {
@@ -3793,7 +4468,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +4480,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +4493,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RemoveRequest) GetSandboxId() string {
@@ -3850,7 +4525,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3862,7 +4537,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3875,7 +4550,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 type RenameRequest struct {
@@ -3890,7 +4565,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3902,7 +4577,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3915,7 +4590,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RenameRequest) GetSandboxId() string {
@@ -3954,7 +4629,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3966,7 +4641,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3979,7 +4654,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 type DownloadTarRequest struct {
@@ -3992,7 +4667,7 @@ type DownloadTarRequest struct {
 
 func (x *DownloadTarRequest) Reset() {
 	*x = DownloadTarRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +4679,7 @@ func (x *DownloadTarRequest) String() string {
 func (*DownloadTarRequest) ProtoMessage() {}
 
 func (x *DownloadTarRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +4692,7 @@ func (x *DownloadTarRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadTarRequest.ProtoReflect.Descriptor instead.
 func (*DownloadTarRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DownloadTarRequest) GetSandboxId() string {
@@ -4043,7 +4718,7 @@ type DownloadTarResponse struct {
 
 func (x *DownloadTarResponse) Reset() {
 	*x = DownloadTarResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4730,7 @@ func (x *DownloadTarResponse) String() string {
 func (*DownloadTarResponse) ProtoMessage() {}
 
 func (x *DownloadTarResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4743,7 @@ func (x *DownloadTarResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadTarResponse.ProtoReflect.Descriptor instead.
 func (*DownloadTarResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DownloadTarResponse) GetData() []byte {
@@ -4092,7 +4767,7 @@ type UploadTarHeader struct {
 
 func (x *UploadTarHeader) Reset() {
 	*x = UploadTarHeader{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4104,7 +4779,7 @@ func (x *UploadTarHeader) String() string {
 func (*UploadTarHeader) ProtoMessage() {}
 
 func (x *UploadTarHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4117,7 +4792,7 @@ func (x *UploadTarHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadTarHeader.ProtoReflect.Descriptor instead.
 func (*UploadTarHeader) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UploadTarHeader) GetSandboxId() string {
@@ -4161,7 +4836,7 @@ type UploadTarRequest struct {
 
 func (x *UploadTarRequest) Reset() {
 	*x = UploadTarRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4173,7 +4848,7 @@ func (x *UploadTarRequest) String() string {
 func (*UploadTarRequest) ProtoMessage() {}
 
 func (x *UploadTarRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4186,7 +4861,7 @@ func (x *UploadTarRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadTarRequest.ProtoReflect.Descriptor instead.
 func (*UploadTarRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *UploadTarRequest) GetMsg() isUploadTarRequest_Msg {
@@ -4242,7 +4917,7 @@ type UploadTarResponse struct {
 
 func (x *UploadTarResponse) Reset() {
 	*x = UploadTarResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4254,7 +4929,7 @@ func (x *UploadTarResponse) String() string {
 func (*UploadTarResponse) ProtoMessage() {}
 
 func (x *UploadTarResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4267,7 +4942,7 @@ func (x *UploadTarResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadTarResponse.ProtoReflect.Descriptor instead.
 func (*UploadTarResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *UploadTarResponse) GetFiles() int64 {
@@ -4318,7 +4993,7 @@ type PackDiffRequest struct {
 
 func (x *PackDiffRequest) Reset() {
 	*x = PackDiffRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4330,7 +5005,7 @@ func (x *PackDiffRequest) String() string {
 func (*PackDiffRequest) ProtoMessage() {}
 
 func (x *PackDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4343,7 +5018,7 @@ func (x *PackDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackDiffRequest.ProtoReflect.Descriptor instead.
 func (*PackDiffRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PackDiffRequest) GetSandboxId() string {
@@ -4401,7 +5076,7 @@ type PackDiffResponse struct {
 
 func (x *PackDiffResponse) Reset() {
 	*x = PackDiffResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +5088,7 @@ func (x *PackDiffResponse) String() string {
 func (*PackDiffResponse) ProtoMessage() {}
 
 func (x *PackDiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +5101,7 @@ func (x *PackDiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackDiffResponse.ProtoReflect.Descriptor instead.
 func (*PackDiffResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PackDiffResponse) GetImage() string {
@@ -4486,7 +5161,7 @@ type ListBackendsRequest struct {
 
 func (x *ListBackendsRequest) Reset() {
 	*x = ListBackendsRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4498,7 +5173,7 @@ func (x *ListBackendsRequest) String() string {
 func (*ListBackendsRequest) ProtoMessage() {}
 
 func (x *ListBackendsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4511,7 +5186,7 @@ func (x *ListBackendsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackendsRequest.ProtoReflect.Descriptor instead.
 func (*ListBackendsRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
 }
 
 type ListBackendsResponse struct {
@@ -4524,7 +5199,7 @@ type ListBackendsResponse struct {
 
 func (x *ListBackendsResponse) Reset() {
 	*x = ListBackendsResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4536,7 +5211,7 @@ func (x *ListBackendsResponse) String() string {
 func (*ListBackendsResponse) ProtoMessage() {}
 
 func (x *ListBackendsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4549,7 +5224,7 @@ func (x *ListBackendsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackendsResponse.ProtoReflect.Descriptor instead.
 func (*ListBackendsResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListBackendsResponse) GetBackends() []*BackendInfo {
@@ -4581,7 +5256,7 @@ type BackendInfo struct {
 
 func (x *BackendInfo) Reset() {
 	*x = BackendInfo{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +5268,7 @@ func (x *BackendInfo) String() string {
 func (*BackendInfo) ProtoMessage() {}
 
 func (x *BackendInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +5281,7 @@ func (x *BackendInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
 func (*BackendInfo) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BackendInfo) GetNode() string {
@@ -4653,7 +5328,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +5340,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +5353,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListSessionsRequest) GetSandboxId() string {
@@ -4705,7 +5380,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4717,7 +5392,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4730,7 +5405,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *Session) GetName() string {
@@ -4778,7 +5453,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4790,7 +5465,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4803,7 +5478,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -4823,7 +5498,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4835,7 +5510,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4848,7 +5523,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *DeleteSessionRequest) GetSandboxId() string {
@@ -4873,7 +5548,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4885,7 +5560,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4898,7 +5573,7 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
 }
 
 type GradeFromRequest struct {
@@ -4931,7 +5606,7 @@ type GradeFromRequest struct {
 
 func (x *GradeFromRequest) Reset() {
 	*x = GradeFromRequest{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4943,7 +5618,7 @@ func (x *GradeFromRequest) String() string {
 func (*GradeFromRequest) ProtoMessage() {}
 
 func (x *GradeFromRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4956,7 +5631,7 @@ func (x *GradeFromRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GradeFromRequest.ProtoReflect.Descriptor instead.
 func (*GradeFromRequest) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GradeFromRequest) GetSandboxId() string {
@@ -5059,7 +5734,7 @@ type GradeFromResponse struct {
 
 func (x *GradeFromResponse) Reset() {
 	*x = GradeFromResponse{}
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5071,7 +5746,7 @@ func (x *GradeFromResponse) String() string {
 func (*GradeFromResponse) ProtoMessage() {}
 
 func (x *GradeFromResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5084,7 +5759,7 @@ func (x *GradeFromResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GradeFromResponse.ProtoReflect.Descriptor instead.
 func (*GradeFromResponse) Descriptor() ([]byte, []int) {
-	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GradeFromResponse) GetExit() *ExecExit {
@@ -5139,7 +5814,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04cpus\x18\x02 \x01(\x01R\x04cpus\x12\x12\n" +
 	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xfb\x05\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xb5\x06\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12<\n" +
@@ -5159,13 +5834,14 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04user\x18\r \x01(\tR\x04user\x12\x18\n" +
 	"\aworkdir\x18\x0e \x01(\tR\aworkdir\x123\n" +
 	"\x03env\x18\x0f \x03(\v2!.dsec.sandbox.v1.Sandbox.EnvEntryR\x03env\x12B\n" +
-	"\x0fidle_expires_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\ridleExpiresAt\x1a9\n" +
+	"\x0fidle_expires_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\ridleExpiresAt\x128\n" +
+	"\anetwork\x18\x11 \x01(\v2\x1e.dsec.sandbox.v1.NetworkPolicyR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x05\n" +
 	"\rCreateRequest\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12B\n" +
 	"\x06labels\x18\x02 \x03(\v2*.dsec.sandbox.v1.CreateRequest.LabelsEntryR\x06labels\x128\n" +
@@ -5179,13 +5855,62 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\n" +
 	" \x01(\tR\x0eidempotencyKey\x12\x16\n" +
 	"\x06layers\x18\v \x03(\tR\x06layers\x12?\n" +
-	"\flayer_config\x18\f \x01(\v2\x1c.dsec.sandbox.v1.LayerConfigR\vlayerConfig\x1a9\n" +
+	"\flayer_config\x18\f \x01(\v2\x1c.dsec.sandbox.v1.LayerConfigR\vlayerConfig\x128\n" +
+	"\anetwork\x18\r \x01(\v2\x1e.dsec.sandbox.v1.NetworkPolicyR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
+	"\rNetworkPolicy\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x122\n" +
+	"\x05rules\x18\x02 \x03(\v2\x1c.dsec.sandbox.v1.NetworkRuleR\x05rules\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xad\x01\n" +
+	"\vNetworkRule\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x1a\n" +
+	"\aservice\x18\x02 \x01(\tH\x00R\aservice\x12\x18\n" +
+	"\x06domain\x18\x03 \x01(\tH\x00R\x06domain\x12\x14\n" +
+	"\x04cidr\x18\x04 \x01(\tH\x00R\x04cidr\x12\x14\n" +
+	"\x05ports\x18\x05 \x03(\tR\x05ports\x12\x1a\n" +
+	"\bprotocol\x18\x06 \x01(\tR\bprotocolB\b\n" +
+	"\x06target\"\x82\x02\n" +
+	"\x14UpdateNetworkRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12O\n" +
+	"\bselector\x18\x02 \x03(\v23.dsec.sandbox.v1.UpdateNetworkRequest.SelectorEntryR\bselector\x126\n" +
+	"\x06policy\x18\x03 \x01(\v2\x1e.dsec.sandbox.v1.NetworkPolicyR\x06policy\x12\x14\n" +
+	"\x05merge\x18\x04 \x01(\bR\x05merge\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x89\x01\n" +
+	"\rNetworkResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x126\n" +
+	"\x06policy\x18\x02 \x01(\v2\x1e.dsec.sandbox.v1.NetworkPolicyR\x06policy\x120\n" +
+	"\x05error\x18\x03 \x01(\v2\x1a.dsec.sandbox.v1.ItemErrorR\x05error\"Q\n" +
+	"\x15UpdateNetworkResponse\x128\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.dsec.sandbox.v1.NetworkResultR\aresults\"#\n" +
+	"\x11GetNetworkRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x8d\x01\n" +
+	"\rNetworkDenial\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12 \n" +
+	"\vdestination\x18\x02 \x01(\tR\vdestination\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xa2\x03\n" +
+	"\x12GetNetworkResponse\x126\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1e.dsec.sandbox.v1.NetworkPolicyR\x06policy\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
+	"\agateway\x18\x03 \x01(\tR\agateway\x12\x1b\n" +
+	"\tbytes_out\x18\x04 \x01(\x03R\bbytesOut\x12\x19\n" +
+	"\bbytes_in\x18\x05 \x01(\x03R\abytesIn\x12'\n" +
+	"\x0fconnections_out\x18\x06 \x01(\x03R\x0econnectionsOut\x12-\n" +
+	"\x12connections_active\x18\a \x01(\x03R\x11connectionsActive\x12\x16\n" +
+	"\x06denied\x18\b \x01(\x03R\x06denied\x12\x1f\n" +
+	"\vdns_queries\x18\t \x01(\x03R\n" +
+	"dnsQueries\x12\x1d\n" +
+	"\n" +
+	"dns_denied\x18\n" +
+	" \x01(\x03R\tdnsDenied\x128\n" +
+	"\adenials\x18\v \x03(\v2\x1e.dsec.sandbox.v1.NetworkDenialR\adenials\"M\n" +
 	"\vLayerConfig\x12\x10\n" +
 	"\x03env\x18\x01 \x03(\tR\x03env\x12\x18\n" +
 	"\aworkdir\x18\x02 \x01(\tR\aworkdir\x12\x12\n" +
@@ -5343,7 +6068,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tkeepalive\x18\x02 \x01(\v2\x1a.dsec.sandbox.v1.KeepaliveH\x00R\tkeepaliveB\x05\n" +
 	"\x03msg\"\x1e\n" +
 	"\fStatsRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x80\x03\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x95\x04\n" +
 	"\rStatsResponse\x126\n" +
 	"\tcpu_usage\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bcpuUsage\x12\x1d\n" +
 	"\n" +
@@ -5360,7 +6085,13 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\toom_kills\x18\t \x01(\x03R\boomKills\x12!\n" +
 	"\foutput_bytes\x18\n" +
 	" \x01(\x03R\voutputBytes\x12!\n" +
-	"\foutput_limit\x18\v \x01(\x03R\voutputLimit\"\x91\x01\n" +
+	"\foutput_limit\x18\v \x01(\x03R\voutputLimit\x12\"\n" +
+	"\rnet_bytes_out\x18\f \x01(\x03R\vnetBytesOut\x12 \n" +
+	"\fnet_bytes_in\x18\r \x01(\x03R\n" +
+	"netBytesIn\x12.\n" +
+	"\x13net_connections_out\x18\x0e \x01(\x03R\x11netConnectionsOut\x12\x1d\n" +
+	"\n" +
+	"net_denied\x18\x0f \x01(\x03R\tnetDenied\"\x91\x01\n" +
 	"\rAttachRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -5554,7 +6285,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_TTL_EXPIRED\x10\x04\x12\x15\n" +
 	"\x11EVENT_TYPE_FAILED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_DELETED\x10\x06\x12\x16\n" +
-	"\x12EVENT_TYPE_UPDATED\x10\a2\xba\x12\n" +
+	"\x12EVENT_TYPE_UPDATED\x10\a2\xf1\x13\n" +
 	"\x0eSandboxService\x12I\n" +
 	"\x06Create\x12\x1e.dsec.sandbox.v1.CreateRequest\x1a\x1f.dsec.sandbox.v1.CreateResponse\x12@\n" +
 	"\x03Get\x12\x1b.dsec.sandbox.v1.GetRequest\x1a\x1c.dsec.sandbox.v1.GetResponse\x12C\n" +
@@ -5586,7 +6317,10 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fListBackends\x12$.dsec.sandbox.v1.ListBackendsRequest\x1a%.dsec.sandbox.v1.ListBackendsResponse\x12[\n" +
 	"\fListSessions\x12$.dsec.sandbox.v1.ListSessionsRequest\x1a%.dsec.sandbox.v1.ListSessionsResponse\x12^\n" +
 	"\rDeleteSession\x12%.dsec.sandbox.v1.DeleteSessionRequest\x1a&.dsec.sandbox.v1.DeleteSessionResponse\x12R\n" +
-	"\tGradeFrom\x12!.dsec.sandbox.v1.GradeFromRequest\x1a\".dsec.sandbox.v1.GradeFromResponseB;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
+	"\tGradeFrom\x12!.dsec.sandbox.v1.GradeFromRequest\x1a\".dsec.sandbox.v1.GradeFromResponse\x12^\n" +
+	"\rUpdateNetwork\x12%.dsec.sandbox.v1.UpdateNetworkRequest\x1a&.dsec.sandbox.v1.UpdateNetworkResponse\x12U\n" +
+	"\n" +
+	"GetNetwork\x12\".dsec.sandbox.v1.GetNetworkRequest\x1a#.dsec.sandbox.v1.GetNetworkResponseB;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_dsec_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -5601,7 +6335,7 @@ func file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_dsec_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_dsec_sandbox_v1_sandbox_proto_goTypes = []any{
 	(State)(0),                    // 0: dsec.sandbox.v1.State
 	(Seal)(0),                     // 1: dsec.sandbox.v1.Seal
@@ -5610,218 +6344,242 @@ var file_dsec_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*Resources)(nil),             // 4: dsec.sandbox.v1.Resources
 	(*Sandbox)(nil),               // 5: dsec.sandbox.v1.Sandbox
 	(*CreateRequest)(nil),         // 6: dsec.sandbox.v1.CreateRequest
-	(*LayerConfig)(nil),           // 7: dsec.sandbox.v1.LayerConfig
-	(*CreateResponse)(nil),        // 8: dsec.sandbox.v1.CreateResponse
-	(*GetRequest)(nil),            // 9: dsec.sandbox.v1.GetRequest
-	(*GetResponse)(nil),           // 10: dsec.sandbox.v1.GetResponse
-	(*ListRequest)(nil),           // 11: dsec.sandbox.v1.ListRequest
-	(*ListResponse)(nil),          // 12: dsec.sandbox.v1.ListResponse
-	(*DeleteRequest)(nil),         // 13: dsec.sandbox.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 14: dsec.sandbox.v1.DeleteResponse
-	(*ExecRequest)(nil),           // 15: dsec.sandbox.v1.ExecRequest
-	(*ExecStarted)(nil),           // 16: dsec.sandbox.v1.ExecStarted
-	(*OutputChunk)(nil),           // 17: dsec.sandbox.v1.OutputChunk
-	(*ExecExit)(nil),              // 18: dsec.sandbox.v1.ExecExit
-	(*Keepalive)(nil),             // 19: dsec.sandbox.v1.Keepalive
-	(*ExecResponse)(nil),          // 20: dsec.sandbox.v1.ExecResponse
-	(*FileInfo)(nil),              // 21: dsec.sandbox.v1.FileInfo
-	(*ReadFileRequest)(nil),       // 22: dsec.sandbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 23: dsec.sandbox.v1.ReadFileResponse
-	(*WriteFileHeader)(nil),       // 24: dsec.sandbox.v1.WriteFileHeader
-	(*WriteFileRequest)(nil),      // 25: dsec.sandbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 26: dsec.sandbox.v1.WriteFileResponse
-	(*BatchCreateRequest)(nil),    // 27: dsec.sandbox.v1.BatchCreateRequest
-	(*ItemError)(nil),             // 28: dsec.sandbox.v1.ItemError
-	(*BatchCreateResult)(nil),     // 29: dsec.sandbox.v1.BatchCreateResult
-	(*BatchCreateResponse)(nil),   // 30: dsec.sandbox.v1.BatchCreateResponse
-	(*SetTimeoutRequest)(nil),     // 31: dsec.sandbox.v1.SetTimeoutRequest
-	(*SetTimeoutResponse)(nil),    // 32: dsec.sandbox.v1.SetTimeoutResponse
-	(*UpdateLabelsRequest)(nil),   // 33: dsec.sandbox.v1.UpdateLabelsRequest
-	(*UpdateLabelsResponse)(nil),  // 34: dsec.sandbox.v1.UpdateLabelsResponse
-	(*WatchRequest)(nil),          // 35: dsec.sandbox.v1.WatchRequest
-	(*Event)(nil),                 // 36: dsec.sandbox.v1.Event
-	(*WatchResponse)(nil),         // 37: dsec.sandbox.v1.WatchResponse
-	(*StatsRequest)(nil),          // 38: dsec.sandbox.v1.StatsRequest
-	(*StatsResponse)(nil),         // 39: dsec.sandbox.v1.StatsResponse
-	(*AttachRequest)(nil),         // 40: dsec.sandbox.v1.AttachRequest
-	(*WriteStdinRequest)(nil),     // 41: dsec.sandbox.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),    // 42: dsec.sandbox.v1.WriteStdinResponse
-	(*SignalRequest)(nil),         // 43: dsec.sandbox.v1.SignalRequest
-	(*SignalResponse)(nil),        // 44: dsec.sandbox.v1.SignalResponse
-	(*ResizeTTYRequest)(nil),      // 45: dsec.sandbox.v1.ResizeTTYRequest
-	(*ResizeTTYResponse)(nil),     // 46: dsec.sandbox.v1.ResizeTTYResponse
-	(*ListExecsRequest)(nil),      // 47: dsec.sandbox.v1.ListExecsRequest
-	(*ExecInfo)(nil),              // 48: dsec.sandbox.v1.ExecInfo
-	(*ListExecsResponse)(nil),     // 49: dsec.sandbox.v1.ListExecsResponse
-	(*StatRequest)(nil),           // 50: dsec.sandbox.v1.StatRequest
-	(*StatResponse)(nil),          // 51: dsec.sandbox.v1.StatResponse
-	(*ListDirRequest)(nil),        // 52: dsec.sandbox.v1.ListDirRequest
-	(*ListDirResponse)(nil),       // 53: dsec.sandbox.v1.ListDirResponse
-	(*MakeDirRequest)(nil),        // 54: dsec.sandbox.v1.MakeDirRequest
-	(*MakeDirResponse)(nil),       // 55: dsec.sandbox.v1.MakeDirResponse
-	(*RemoveRequest)(nil),         // 56: dsec.sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),        // 57: dsec.sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),         // 58: dsec.sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),        // 59: dsec.sandbox.v1.RenameResponse
-	(*DownloadTarRequest)(nil),    // 60: dsec.sandbox.v1.DownloadTarRequest
-	(*DownloadTarResponse)(nil),   // 61: dsec.sandbox.v1.DownloadTarResponse
-	(*UploadTarHeader)(nil),       // 62: dsec.sandbox.v1.UploadTarHeader
-	(*UploadTarRequest)(nil),      // 63: dsec.sandbox.v1.UploadTarRequest
-	(*UploadTarResponse)(nil),     // 64: dsec.sandbox.v1.UploadTarResponse
-	(*PackDiffRequest)(nil),       // 65: dsec.sandbox.v1.PackDiffRequest
-	(*PackDiffResponse)(nil),      // 66: dsec.sandbox.v1.PackDiffResponse
-	(*ListBackendsRequest)(nil),   // 67: dsec.sandbox.v1.ListBackendsRequest
-	(*ListBackendsResponse)(nil),  // 68: dsec.sandbox.v1.ListBackendsResponse
-	(*BackendInfo)(nil),           // 69: dsec.sandbox.v1.BackendInfo
-	(*ListSessionsRequest)(nil),   // 70: dsec.sandbox.v1.ListSessionsRequest
-	(*Session)(nil),               // 71: dsec.sandbox.v1.Session
-	(*ListSessionsResponse)(nil),  // 72: dsec.sandbox.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),  // 73: dsec.sandbox.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil), // 74: dsec.sandbox.v1.DeleteSessionResponse
-	(*GradeFromRequest)(nil),      // 75: dsec.sandbox.v1.GradeFromRequest
-	(*GradeFromResponse)(nil),     // 76: dsec.sandbox.v1.GradeFromResponse
-	nil,                           // 77: dsec.sandbox.v1.Sandbox.LabelsEntry
-	nil,                           // 78: dsec.sandbox.v1.Sandbox.EnvEntry
-	nil,                           // 79: dsec.sandbox.v1.CreateRequest.LabelsEntry
-	nil,                           // 80: dsec.sandbox.v1.CreateRequest.EnvEntry
-	nil,                           // 81: dsec.sandbox.v1.ListRequest.SelectorEntry
-	nil,                           // 82: dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	nil,                           // 83: dsec.sandbox.v1.ExecRequest.EnvEntry
-	nil,                           // 84: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
-	nil,                           // 85: dsec.sandbox.v1.WatchRequest.SelectorEntry
-	nil,                           // 86: dsec.sandbox.v1.GradeFromRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 87: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 88: google.protobuf.Duration
+	(*NetworkPolicy)(nil),         // 7: dsec.sandbox.v1.NetworkPolicy
+	(*NetworkRule)(nil),           // 8: dsec.sandbox.v1.NetworkRule
+	(*UpdateNetworkRequest)(nil),  // 9: dsec.sandbox.v1.UpdateNetworkRequest
+	(*NetworkResult)(nil),         // 10: dsec.sandbox.v1.NetworkResult
+	(*UpdateNetworkResponse)(nil), // 11: dsec.sandbox.v1.UpdateNetworkResponse
+	(*GetNetworkRequest)(nil),     // 12: dsec.sandbox.v1.GetNetworkRequest
+	(*NetworkDenial)(nil),         // 13: dsec.sandbox.v1.NetworkDenial
+	(*GetNetworkResponse)(nil),    // 14: dsec.sandbox.v1.GetNetworkResponse
+	(*LayerConfig)(nil),           // 15: dsec.sandbox.v1.LayerConfig
+	(*CreateResponse)(nil),        // 16: dsec.sandbox.v1.CreateResponse
+	(*GetRequest)(nil),            // 17: dsec.sandbox.v1.GetRequest
+	(*GetResponse)(nil),           // 18: dsec.sandbox.v1.GetResponse
+	(*ListRequest)(nil),           // 19: dsec.sandbox.v1.ListRequest
+	(*ListResponse)(nil),          // 20: dsec.sandbox.v1.ListResponse
+	(*DeleteRequest)(nil),         // 21: dsec.sandbox.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 22: dsec.sandbox.v1.DeleteResponse
+	(*ExecRequest)(nil),           // 23: dsec.sandbox.v1.ExecRequest
+	(*ExecStarted)(nil),           // 24: dsec.sandbox.v1.ExecStarted
+	(*OutputChunk)(nil),           // 25: dsec.sandbox.v1.OutputChunk
+	(*ExecExit)(nil),              // 26: dsec.sandbox.v1.ExecExit
+	(*Keepalive)(nil),             // 27: dsec.sandbox.v1.Keepalive
+	(*ExecResponse)(nil),          // 28: dsec.sandbox.v1.ExecResponse
+	(*FileInfo)(nil),              // 29: dsec.sandbox.v1.FileInfo
+	(*ReadFileRequest)(nil),       // 30: dsec.sandbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 31: dsec.sandbox.v1.ReadFileResponse
+	(*WriteFileHeader)(nil),       // 32: dsec.sandbox.v1.WriteFileHeader
+	(*WriteFileRequest)(nil),      // 33: dsec.sandbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 34: dsec.sandbox.v1.WriteFileResponse
+	(*BatchCreateRequest)(nil),    // 35: dsec.sandbox.v1.BatchCreateRequest
+	(*ItemError)(nil),             // 36: dsec.sandbox.v1.ItemError
+	(*BatchCreateResult)(nil),     // 37: dsec.sandbox.v1.BatchCreateResult
+	(*BatchCreateResponse)(nil),   // 38: dsec.sandbox.v1.BatchCreateResponse
+	(*SetTimeoutRequest)(nil),     // 39: dsec.sandbox.v1.SetTimeoutRequest
+	(*SetTimeoutResponse)(nil),    // 40: dsec.sandbox.v1.SetTimeoutResponse
+	(*UpdateLabelsRequest)(nil),   // 41: dsec.sandbox.v1.UpdateLabelsRequest
+	(*UpdateLabelsResponse)(nil),  // 42: dsec.sandbox.v1.UpdateLabelsResponse
+	(*WatchRequest)(nil),          // 43: dsec.sandbox.v1.WatchRequest
+	(*Event)(nil),                 // 44: dsec.sandbox.v1.Event
+	(*WatchResponse)(nil),         // 45: dsec.sandbox.v1.WatchResponse
+	(*StatsRequest)(nil),          // 46: dsec.sandbox.v1.StatsRequest
+	(*StatsResponse)(nil),         // 47: dsec.sandbox.v1.StatsResponse
+	(*AttachRequest)(nil),         // 48: dsec.sandbox.v1.AttachRequest
+	(*WriteStdinRequest)(nil),     // 49: dsec.sandbox.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),    // 50: dsec.sandbox.v1.WriteStdinResponse
+	(*SignalRequest)(nil),         // 51: dsec.sandbox.v1.SignalRequest
+	(*SignalResponse)(nil),        // 52: dsec.sandbox.v1.SignalResponse
+	(*ResizeTTYRequest)(nil),      // 53: dsec.sandbox.v1.ResizeTTYRequest
+	(*ResizeTTYResponse)(nil),     // 54: dsec.sandbox.v1.ResizeTTYResponse
+	(*ListExecsRequest)(nil),      // 55: dsec.sandbox.v1.ListExecsRequest
+	(*ExecInfo)(nil),              // 56: dsec.sandbox.v1.ExecInfo
+	(*ListExecsResponse)(nil),     // 57: dsec.sandbox.v1.ListExecsResponse
+	(*StatRequest)(nil),           // 58: dsec.sandbox.v1.StatRequest
+	(*StatResponse)(nil),          // 59: dsec.sandbox.v1.StatResponse
+	(*ListDirRequest)(nil),        // 60: dsec.sandbox.v1.ListDirRequest
+	(*ListDirResponse)(nil),       // 61: dsec.sandbox.v1.ListDirResponse
+	(*MakeDirRequest)(nil),        // 62: dsec.sandbox.v1.MakeDirRequest
+	(*MakeDirResponse)(nil),       // 63: dsec.sandbox.v1.MakeDirResponse
+	(*RemoveRequest)(nil),         // 64: dsec.sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 65: dsec.sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),         // 66: dsec.sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),        // 67: dsec.sandbox.v1.RenameResponse
+	(*DownloadTarRequest)(nil),    // 68: dsec.sandbox.v1.DownloadTarRequest
+	(*DownloadTarResponse)(nil),   // 69: dsec.sandbox.v1.DownloadTarResponse
+	(*UploadTarHeader)(nil),       // 70: dsec.sandbox.v1.UploadTarHeader
+	(*UploadTarRequest)(nil),      // 71: dsec.sandbox.v1.UploadTarRequest
+	(*UploadTarResponse)(nil),     // 72: dsec.sandbox.v1.UploadTarResponse
+	(*PackDiffRequest)(nil),       // 73: dsec.sandbox.v1.PackDiffRequest
+	(*PackDiffResponse)(nil),      // 74: dsec.sandbox.v1.PackDiffResponse
+	(*ListBackendsRequest)(nil),   // 75: dsec.sandbox.v1.ListBackendsRequest
+	(*ListBackendsResponse)(nil),  // 76: dsec.sandbox.v1.ListBackendsResponse
+	(*BackendInfo)(nil),           // 77: dsec.sandbox.v1.BackendInfo
+	(*ListSessionsRequest)(nil),   // 78: dsec.sandbox.v1.ListSessionsRequest
+	(*Session)(nil),               // 79: dsec.sandbox.v1.Session
+	(*ListSessionsResponse)(nil),  // 80: dsec.sandbox.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 81: dsec.sandbox.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil), // 82: dsec.sandbox.v1.DeleteSessionResponse
+	(*GradeFromRequest)(nil),      // 83: dsec.sandbox.v1.GradeFromRequest
+	(*GradeFromResponse)(nil),     // 84: dsec.sandbox.v1.GradeFromResponse
+	nil,                           // 85: dsec.sandbox.v1.Sandbox.LabelsEntry
+	nil,                           // 86: dsec.sandbox.v1.Sandbox.EnvEntry
+	nil,                           // 87: dsec.sandbox.v1.CreateRequest.LabelsEntry
+	nil,                           // 88: dsec.sandbox.v1.CreateRequest.EnvEntry
+	nil,                           // 89: dsec.sandbox.v1.UpdateNetworkRequest.SelectorEntry
+	nil,                           // 90: dsec.sandbox.v1.ListRequest.SelectorEntry
+	nil,                           // 91: dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	nil,                           // 92: dsec.sandbox.v1.ExecRequest.EnvEntry
+	nil,                           // 93: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	nil,                           // 94: dsec.sandbox.v1.WatchRequest.SelectorEntry
+	nil,                           // 95: dsec.sandbox.v1.GradeFromRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 96: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 97: google.protobuf.Duration
 }
 var file_dsec_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	77, // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
-	0,  // 1: dsec.sandbox.v1.Sandbox.state:type_name -> dsec.sandbox.v1.State
-	4,  // 2: dsec.sandbox.v1.Sandbox.resources:type_name -> dsec.sandbox.v1.Resources
-	87, // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	87, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	88, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
-	78, // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
-	87, // 7: dsec.sandbox.v1.Sandbox.idle_expires_at:type_name -> google.protobuf.Timestamp
-	79, // 8: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
-	4,  // 9: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
-	80, // 10: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
-	88, // 11: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
-	88, // 12: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
-	7,  // 13: dsec.sandbox.v1.CreateRequest.layer_config:type_name -> dsec.sandbox.v1.LayerConfig
-	5,  // 14: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	5,  // 15: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	81, // 16: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
-	5,  // 17: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
-	82, // 18: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	83, // 19: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
-	88, // 20: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	1,  // 21: dsec.sandbox.v1.ExecRequest.sealed:type_name -> dsec.sandbox.v1.Seal
-	2,  // 22: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
-	88, // 23: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
-	16, // 24: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
-	17, // 25: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
-	18, // 26: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
-	19, // 27: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	87, // 28: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	21, // 29: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	24, // 30: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
-	21, // 31: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	6,  // 32: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
-	88, // 33: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
-	5,  // 34: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	28, // 35: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
-	29, // 36: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
-	88, // 37: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
-	88, // 38: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
-	5,  // 39: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	84, // 40: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
-	5,  // 41: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	85, // 42: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
-	3,  // 43: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
-	5,  // 44: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	87, // 45: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
-	36, // 46: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
-	19, // 47: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	88, // 48: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
-	87, // 49: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
-	18, // 50: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
-	48, // 51: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
-	21, // 52: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	21, // 53: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
-	21, // 54: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	62, // 55: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
-	88, // 56: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
-	88, // 57: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
-	69, // 58: dsec.sandbox.v1.ListBackendsResponse.backends:type_name -> dsec.sandbox.v1.BackendInfo
-	87, // 59: dsec.sandbox.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	71, // 60: dsec.sandbox.v1.ListSessionsResponse.sessions:type_name -> dsec.sandbox.v1.Session
-	86, // 61: dsec.sandbox.v1.GradeFromRequest.env:type_name -> dsec.sandbox.v1.GradeFromRequest.EnvEntry
-	88, // 62: dsec.sandbox.v1.GradeFromRequest.timeout:type_name -> google.protobuf.Duration
-	4,  // 63: dsec.sandbox.v1.GradeFromRequest.resources:type_name -> dsec.sandbox.v1.Resources
-	18, // 64: dsec.sandbox.v1.GradeFromResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
-	6,  // 65: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
-	9,  // 66: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
-	11, // 67: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
-	13, // 68: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
-	15, // 69: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
-	22, // 70: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
-	25, // 71: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
-	27, // 72: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
-	31, // 73: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
-	33, // 74: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
-	35, // 75: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
-	38, // 76: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
-	40, // 77: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
-	41, // 78: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
-	43, // 79: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
-	45, // 80: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
-	47, // 81: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
-	50, // 82: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
-	52, // 83: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
-	54, // 84: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
-	56, // 85: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
-	58, // 86: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
-	60, // 87: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
-	63, // 88: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
-	65, // 89: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
-	67, // 90: dsec.sandbox.v1.SandboxService.ListBackends:input_type -> dsec.sandbox.v1.ListBackendsRequest
-	70, // 91: dsec.sandbox.v1.SandboxService.ListSessions:input_type -> dsec.sandbox.v1.ListSessionsRequest
-	73, // 92: dsec.sandbox.v1.SandboxService.DeleteSession:input_type -> dsec.sandbox.v1.DeleteSessionRequest
-	75, // 93: dsec.sandbox.v1.SandboxService.GradeFrom:input_type -> dsec.sandbox.v1.GradeFromRequest
-	8,  // 94: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
-	10, // 95: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
-	12, // 96: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
-	14, // 97: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
-	20, // 98: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
-	23, // 99: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
-	26, // 100: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
-	30, // 101: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
-	32, // 102: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
-	34, // 103: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
-	37, // 104: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
-	39, // 105: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
-	20, // 106: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
-	42, // 107: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
-	44, // 108: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
-	46, // 109: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
-	49, // 110: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
-	51, // 111: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
-	53, // 112: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
-	55, // 113: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
-	57, // 114: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
-	59, // 115: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
-	61, // 116: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
-	64, // 117: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
-	66, // 118: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
-	68, // 119: dsec.sandbox.v1.SandboxService.ListBackends:output_type -> dsec.sandbox.v1.ListBackendsResponse
-	72, // 120: dsec.sandbox.v1.SandboxService.ListSessions:output_type -> dsec.sandbox.v1.ListSessionsResponse
-	74, // 121: dsec.sandbox.v1.SandboxService.DeleteSession:output_type -> dsec.sandbox.v1.DeleteSessionResponse
-	76, // 122: dsec.sandbox.v1.SandboxService.GradeFrom:output_type -> dsec.sandbox.v1.GradeFromResponse
-	94, // [94:123] is the sub-list for method output_type
-	65, // [65:94] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	85,  // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
+	0,   // 1: dsec.sandbox.v1.Sandbox.state:type_name -> dsec.sandbox.v1.State
+	4,   // 2: dsec.sandbox.v1.Sandbox.resources:type_name -> dsec.sandbox.v1.Resources
+	96,  // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	96,  // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	97,  // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
+	86,  // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
+	96,  // 7: dsec.sandbox.v1.Sandbox.idle_expires_at:type_name -> google.protobuf.Timestamp
+	7,   // 8: dsec.sandbox.v1.Sandbox.network:type_name -> dsec.sandbox.v1.NetworkPolicy
+	87,  // 9: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
+	4,   // 10: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
+	88,  // 11: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
+	97,  // 12: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
+	97,  // 13: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
+	15,  // 14: dsec.sandbox.v1.CreateRequest.layer_config:type_name -> dsec.sandbox.v1.LayerConfig
+	7,   // 15: dsec.sandbox.v1.CreateRequest.network:type_name -> dsec.sandbox.v1.NetworkPolicy
+	8,   // 16: dsec.sandbox.v1.NetworkPolicy.rules:type_name -> dsec.sandbox.v1.NetworkRule
+	89,  // 17: dsec.sandbox.v1.UpdateNetworkRequest.selector:type_name -> dsec.sandbox.v1.UpdateNetworkRequest.SelectorEntry
+	7,   // 18: dsec.sandbox.v1.UpdateNetworkRequest.policy:type_name -> dsec.sandbox.v1.NetworkPolicy
+	7,   // 19: dsec.sandbox.v1.NetworkResult.policy:type_name -> dsec.sandbox.v1.NetworkPolicy
+	36,  // 20: dsec.sandbox.v1.NetworkResult.error:type_name -> dsec.sandbox.v1.ItemError
+	10,  // 21: dsec.sandbox.v1.UpdateNetworkResponse.results:type_name -> dsec.sandbox.v1.NetworkResult
+	96,  // 22: dsec.sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	7,   // 23: dsec.sandbox.v1.GetNetworkResponse.policy:type_name -> dsec.sandbox.v1.NetworkPolicy
+	13,  // 24: dsec.sandbox.v1.GetNetworkResponse.denials:type_name -> dsec.sandbox.v1.NetworkDenial
+	5,   // 25: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	5,   // 26: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	90,  // 27: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
+	5,   // 28: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
+	91,  // 29: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	92,  // 30: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
+	97,  // 31: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	1,   // 32: dsec.sandbox.v1.ExecRequest.sealed:type_name -> dsec.sandbox.v1.Seal
+	2,   // 33: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
+	97,  // 34: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	24,  // 35: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
+	25,  // 36: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
+	26,  // 37: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
+	27,  // 38: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	96,  // 39: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	29,  // 40: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	32,  // 41: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
+	29,  // 42: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	6,   // 43: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
+	97,  // 44: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
+	5,   // 45: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	36,  // 46: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
+	37,  // 47: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
+	97,  // 48: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
+	97,  // 49: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
+	5,   // 50: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	93,  // 51: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	5,   // 52: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	94,  // 53: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
+	3,   // 54: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
+	5,   // 55: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	96,  // 56: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
+	44,  // 57: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
+	27,  // 58: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	97,  // 59: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
+	96,  // 60: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
+	26,  // 61: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
+	56,  // 62: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
+	29,  // 63: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	29,  // 64: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
+	29,  // 65: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	70,  // 66: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
+	97,  // 67: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
+	97,  // 68: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
+	77,  // 69: dsec.sandbox.v1.ListBackendsResponse.backends:type_name -> dsec.sandbox.v1.BackendInfo
+	96,  // 70: dsec.sandbox.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	79,  // 71: dsec.sandbox.v1.ListSessionsResponse.sessions:type_name -> dsec.sandbox.v1.Session
+	95,  // 72: dsec.sandbox.v1.GradeFromRequest.env:type_name -> dsec.sandbox.v1.GradeFromRequest.EnvEntry
+	97,  // 73: dsec.sandbox.v1.GradeFromRequest.timeout:type_name -> google.protobuf.Duration
+	4,   // 74: dsec.sandbox.v1.GradeFromRequest.resources:type_name -> dsec.sandbox.v1.Resources
+	26,  // 75: dsec.sandbox.v1.GradeFromResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
+	6,   // 76: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
+	17,  // 77: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
+	19,  // 78: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
+	21,  // 79: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
+	23,  // 80: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
+	30,  // 81: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
+	33,  // 82: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
+	35,  // 83: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
+	39,  // 84: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
+	41,  // 85: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
+	43,  // 86: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
+	46,  // 87: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
+	48,  // 88: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
+	49,  // 89: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
+	51,  // 90: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
+	53,  // 91: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
+	55,  // 92: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
+	58,  // 93: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
+	60,  // 94: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
+	62,  // 95: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
+	64,  // 96: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
+	66,  // 97: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
+	68,  // 98: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
+	71,  // 99: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
+	73,  // 100: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
+	75,  // 101: dsec.sandbox.v1.SandboxService.ListBackends:input_type -> dsec.sandbox.v1.ListBackendsRequest
+	78,  // 102: dsec.sandbox.v1.SandboxService.ListSessions:input_type -> dsec.sandbox.v1.ListSessionsRequest
+	81,  // 103: dsec.sandbox.v1.SandboxService.DeleteSession:input_type -> dsec.sandbox.v1.DeleteSessionRequest
+	83,  // 104: dsec.sandbox.v1.SandboxService.GradeFrom:input_type -> dsec.sandbox.v1.GradeFromRequest
+	9,   // 105: dsec.sandbox.v1.SandboxService.UpdateNetwork:input_type -> dsec.sandbox.v1.UpdateNetworkRequest
+	12,  // 106: dsec.sandbox.v1.SandboxService.GetNetwork:input_type -> dsec.sandbox.v1.GetNetworkRequest
+	16,  // 107: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
+	18,  // 108: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
+	20,  // 109: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
+	22,  // 110: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
+	28,  // 111: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
+	31,  // 112: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
+	34,  // 113: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
+	38,  // 114: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
+	40,  // 115: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
+	42,  // 116: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
+	45,  // 117: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
+	47,  // 118: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
+	28,  // 119: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
+	50,  // 120: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
+	52,  // 121: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
+	54,  // 122: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
+	57,  // 123: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
+	59,  // 124: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
+	61,  // 125: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
+	63,  // 126: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
+	65,  // 127: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
+	67,  // 128: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
+	69,  // 129: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
+	72,  // 130: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
+	74,  // 131: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
+	76,  // 132: dsec.sandbox.v1.SandboxService.ListBackends:output_type -> dsec.sandbox.v1.ListBackendsResponse
+	80,  // 133: dsec.sandbox.v1.SandboxService.ListSessions:output_type -> dsec.sandbox.v1.ListSessionsResponse
+	82,  // 134: dsec.sandbox.v1.SandboxService.DeleteSession:output_type -> dsec.sandbox.v1.DeleteSessionResponse
+	84,  // 135: dsec.sandbox.v1.SandboxService.GradeFrom:output_type -> dsec.sandbox.v1.GradeFromResponse
+	11,  // 136: dsec.sandbox.v1.SandboxService.UpdateNetwork:output_type -> dsec.sandbox.v1.UpdateNetworkResponse
+	14,  // 137: dsec.sandbox.v1.SandboxService.GetNetwork:output_type -> dsec.sandbox.v1.GetNetworkResponse
+	107, // [107:138] is the sub-list for method output_type
+	76,  // [76:107] is the sub-list for method input_type
+	76,  // [76:76] is the sub-list for extension type_name
+	76,  // [76:76] is the sub-list for extension extendee
+	0,   // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_dsec_sandbox_v1_sandbox_proto_init() }
@@ -5829,32 +6587,37 @@ func file_dsec_sandbox_v1_sandbox_proto_init() {
 	if File_dsec_sandbox_v1_sandbox_proto != nil {
 		return
 	}
-	file_dsec_sandbox_v1_sandbox_proto_msgTypes[16].OneofWrappers = []any{
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[4].OneofWrappers = []any{
+		(*NetworkRule_Service)(nil),
+		(*NetworkRule_Domain)(nil),
+		(*NetworkRule_Cidr)(nil),
+	}
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[24].OneofWrappers = []any{
 		(*ExecResponse_Started)(nil),
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exit)(nil),
 		(*ExecResponse_Keepalive)(nil),
 	}
-	file_dsec_sandbox_v1_sandbox_proto_msgTypes[21].OneofWrappers = []any{
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[29].OneofWrappers = []any{
 		(*WriteFileRequest_Header)(nil),
 		(*WriteFileRequest_Data)(nil),
 	}
-	file_dsec_sandbox_v1_sandbox_proto_msgTypes[33].OneofWrappers = []any{
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[41].OneofWrappers = []any{
 		(*WatchResponse_Event)(nil),
 		(*WatchResponse_Keepalive)(nil),
 	}
-	file_dsec_sandbox_v1_sandbox_proto_msgTypes[59].OneofWrappers = []any{
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[67].OneofWrappers = []any{
 		(*UploadTarRequest_Header)(nil),
 		(*UploadTarRequest_Data)(nil),
 	}
-	file_dsec_sandbox_v1_sandbox_proto_msgTypes[61].OneofWrappers = []any{}
+	file_dsec_sandbox_v1_sandbox_proto_msgTypes[69].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsec_sandbox_v1_sandbox_proto_rawDesc), len(file_dsec_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   83,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -108,6 +108,12 @@ const (
 	// SandboxServiceGradeFromProcedure is the fully-qualified name of the SandboxService's GradeFrom
 	// RPC.
 	SandboxServiceGradeFromProcedure = "/dsec.sandbox.v1.SandboxService/GradeFrom"
+	// SandboxServiceUpdateNetworkProcedure is the fully-qualified name of the SandboxService's
+	// UpdateNetwork RPC.
+	SandboxServiceUpdateNetworkProcedure = "/dsec.sandbox.v1.SandboxService/UpdateNetwork"
+	// SandboxServiceGetNetworkProcedure is the fully-qualified name of the SandboxService's GetNetwork
+	// RPC.
+	SandboxServiceGetNetworkProcedure = "/dsec.sandbox.v1.SandboxService/GetNetwork"
 )
 
 // SandboxServiceClient is a client for the dsec.sandbox.v1.SandboxService service.
@@ -194,6 +200,13 @@ type SandboxServiceClient interface {
 	// anything else is refused), the command runs there, and the grading
 	// sandbox is deleted. The sandbox graded is not changed.
 	GradeFrom(context.Context, *connect.Request[v1.GradeFromRequest]) (*connect.Response[v1.GradeFromResponse], error)
+	// UpdateNetwork replaces (or, with merge, extends) the network policy of
+	// one sandbox or of every sandbox a selector matches; it applies to new
+	// connections at once and cuts established ones it no longer allows.
+	UpdateNetwork(context.Context, *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error)
+	// GetNetwork reports a sandbox's network: its policy, addresses,
+	// counters and recent denials.
+	GetNetwork(context.Context, *connect.Request[v1.GetNetworkRequest]) (*connect.Response[v1.GetNetworkResponse], error)
 }
 
 // NewSandboxServiceClient constructs a client for the dsec.sandbox.v1.SandboxService service. By
@@ -381,6 +394,18 @@ func NewSandboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sandboxServiceMethods.ByName("GradeFrom")),
 			connect.WithClientOptions(opts...),
 		),
+		updateNetwork: connect.NewClient[v1.UpdateNetworkRequest, v1.UpdateNetworkResponse](
+			httpClient,
+			baseURL+SandboxServiceUpdateNetworkProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("UpdateNetwork")),
+			connect.WithClientOptions(opts...),
+		),
+		getNetwork: connect.NewClient[v1.GetNetworkRequest, v1.GetNetworkResponse](
+			httpClient,
+			baseURL+SandboxServiceGetNetworkProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("GetNetwork")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -415,6 +440,8 @@ type sandboxServiceClient struct {
 	listSessions  *connect.Client[v1.ListSessionsRequest, v1.ListSessionsResponse]
 	deleteSession *connect.Client[v1.DeleteSessionRequest, v1.DeleteSessionResponse]
 	gradeFrom     *connect.Client[v1.GradeFromRequest, v1.GradeFromResponse]
+	updateNetwork *connect.Client[v1.UpdateNetworkRequest, v1.UpdateNetworkResponse]
+	getNetwork    *connect.Client[v1.GetNetworkRequest, v1.GetNetworkResponse]
 }
 
 // Create calls dsec.sandbox.v1.SandboxService.Create.
@@ -562,6 +589,16 @@ func (c *sandboxServiceClient) GradeFrom(ctx context.Context, req *connect.Reque
 	return c.gradeFrom.CallUnary(ctx, req)
 }
 
+// UpdateNetwork calls dsec.sandbox.v1.SandboxService.UpdateNetwork.
+func (c *sandboxServiceClient) UpdateNetwork(ctx context.Context, req *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error) {
+	return c.updateNetwork.CallUnary(ctx, req)
+}
+
+// GetNetwork calls dsec.sandbox.v1.SandboxService.GetNetwork.
+func (c *sandboxServiceClient) GetNetwork(ctx context.Context, req *connect.Request[v1.GetNetworkRequest]) (*connect.Response[v1.GetNetworkResponse], error) {
+	return c.getNetwork.CallUnary(ctx, req)
+}
+
 // SandboxServiceHandler is an implementation of the dsec.sandbox.v1.SandboxService service.
 type SandboxServiceHandler interface {
 	// Create starts a sandbox from an image and returns once it runs.
@@ -646,6 +683,13 @@ type SandboxServiceHandler interface {
 	// anything else is refused), the command runs there, and the grading
 	// sandbox is deleted. The sandbox graded is not changed.
 	GradeFrom(context.Context, *connect.Request[v1.GradeFromRequest]) (*connect.Response[v1.GradeFromResponse], error)
+	// UpdateNetwork replaces (or, with merge, extends) the network policy of
+	// one sandbox or of every sandbox a selector matches; it applies to new
+	// connections at once and cuts established ones it no longer allows.
+	UpdateNetwork(context.Context, *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error)
+	// GetNetwork reports a sandbox's network: its policy, addresses,
+	// counters and recent denials.
+	GetNetwork(context.Context, *connect.Request[v1.GetNetworkRequest]) (*connect.Response[v1.GetNetworkResponse], error)
 }
 
 // NewSandboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -829,6 +873,18 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sandboxServiceMethods.ByName("GradeFrom")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxServiceUpdateNetworkHandler := connect.NewUnaryHandler(
+		SandboxServiceUpdateNetworkProcedure,
+		svc.UpdateNetwork,
+		connect.WithSchema(sandboxServiceMethods.ByName("UpdateNetwork")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceGetNetworkHandler := connect.NewUnaryHandler(
+		SandboxServiceGetNetworkProcedure,
+		svc.GetNetwork,
+		connect.WithSchema(sandboxServiceMethods.ByName("GetNetwork")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/dsec.sandbox.v1.SandboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxServiceCreateProcedure:
@@ -889,6 +945,10 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 			sandboxServiceDeleteSessionHandler.ServeHTTP(w, r)
 		case SandboxServiceGradeFromProcedure:
 			sandboxServiceGradeFromHandler.ServeHTTP(w, r)
+		case SandboxServiceUpdateNetworkProcedure:
+			sandboxServiceUpdateNetworkHandler.ServeHTTP(w, r)
+		case SandboxServiceGetNetworkProcedure:
+			sandboxServiceGetNetworkHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1012,4 +1072,12 @@ func (UnimplementedSandboxServiceHandler) DeleteSession(context.Context, *connec
 
 func (UnimplementedSandboxServiceHandler) GradeFrom(context.Context, *connect.Request[v1.GradeFromRequest]) (*connect.Response[v1.GradeFromResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.GradeFrom is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) UpdateNetwork(context.Context, *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.UpdateNetwork is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) GetNetwork(context.Context, *connect.Request[v1.GetNetworkRequest]) (*connect.Response[v1.GetNetworkResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.GetNetwork is not implemented"))
 }
