@@ -204,11 +204,11 @@ func (p *Proxy) hostForm(host string) (string, int, bool) {
 // pathForm parses /ID/PORT[/rest] of an escaped path: ID and PORT are
 // taken from the raw path, so an encoded slash cannot move them.
 func (p *Proxy) pathForm(esc string) (target, error) {
-	rest, _ := strings.CutPrefix(esc, "/")
+	rest, rooted := strings.CutPrefix(esc, "/")
 	id, rest, _ := strings.Cut(rest, "/")
 	ps, rest, slash := strings.Cut(rest, "/")
 	port, okPort := sandbox.ParsePort(ps)
-	if !sandbox.ValidID(id) || !okPort {
+	if !rooted || !sandbox.ValidID(id) || !okPort {
 		return target{}, errdefs.Newf(errdefs.ErrNotFound,
 			"the ports proxy serves /ID/PORT/... (the path form, for API clients) and http://PORT-ID.%s/ (the host form, for browsers); it does not serve the API", p.cfg.Domain)
 	}
