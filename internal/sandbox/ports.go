@@ -72,7 +72,10 @@ func ParsePort(s string) (int, bool) {
 		}
 		n = n*10 + int(c-'0')
 	}
-	return n, n >= 1 && n <= 65535
+	if n < 1 || n > 65535 {
+		return 0, false
+	}
+	return n, true
 }
 
 // Pipe copies a to b and b to a until both directions ended, passing on a
