@@ -430,7 +430,7 @@ func TestKill9Restart(t *testing.T) {
 func TestUpDetached(t *testing.T) {
 	p := newPlatform(t) // owns cleanup of a state dir; stopped and reused below
 	p.Stop(t)
-	cmd := exec.Command(p.Bin, "up", "-d", "--state-dir", p.StateDir, "--listen", p.Addr, "--cgroup-parent", p.CgroupParent, "--node", "e2e", "--sandboxfusion-listen=")
+	cmd := exec.Command(p.Bin, "up", "-d", "--state-dir", p.StateDir, "--listen", p.Addr, "--cgroup-parent", p.CgroupParent, "--node", "e2e", "--sandboxfusion-listen=", "--ports-listen=")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "dsec is up at http://"+p.Addr) {
 		t.Fatalf("dsec up -d = %q, %v", out, err)

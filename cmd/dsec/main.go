@@ -107,6 +107,7 @@ Start the platform on this machine with "dsec up -d", then:
 		newWatchCmd(g),
 		newRmCmd(g),
 		newCpCmd(g),
+		newPortCmd(g),
 		newFsCmd(g),
 		newImageCmd(g),
 		newPackCmd(g),

@@ -48,6 +48,7 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		ceil                            ceilingFlags
 		maxRequestSize                  string
 		metricsPerSandbox               bool
+		portsListen, portsDomain        string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -76,7 +77,12 @@ need no key unless --sandboxfusion-require-key; beyond loopback every call
 needs one. A key is any dsec API key, sent as "Authorization: Bearer <key>"
 or in the URL path (http://HOST:PORT/<key>/run_code); it only admits the call.
 Build its images first (see docs/sandboxfusion.md):
-  scripts/sandboxfusion-images.sh`,
+  scripts/sandboxfusion-images.sh
+
+Sandboxes' listening ports are reachable only through the ports proxy on
+--ports-listen (default 127.0.0.1:7422; empty turns it off), never on the API's
+address nor on a host port per sandbox: /ID/PORT/... with an API key, and
+http://PORT-ID.<--ports-domain>/ for browsers (dsec port ID PORT --browser).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stateDir := g.resolvedStateDir()
@@ -144,7 +150,7 @@ Build its images first (see docs/sandboxfusion.md):
 				IDMap: rootfs.IDMap{HostID: uidBase, Size: uidCount}, UIDRanges: uidRanges,
 				Defaults:         sandbox.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
-				MaxRequestBytes: maxReq, MetricsPerSandbox: metricsPerSandbox,
+				MaxRequestBytes: maxReq, MetricsPerSandbox: metricsPerSandbox, Ports: server.PortsConfig{Listen: portsListen, Domain: portsDomain},
 				Version: buildVersion(), Logger: log,
 			})
 		},
@@ -177,6 +183,8 @@ Build its images first (see docs/sandboxfusion.md):
 	f.StringVar(&chunkCacheSize, "chunk-cache-size", "0", "cap of the chunk cache, e.g. 20G (0: no cap)")
 	f.StringVar(&maxRequestSize, "max-request-size", "64M", "largest request body of an API call, and largest message of a stream, on every listener (calls that carry no data, such as create, take at most 1M of it); file, tar and layer uploads stream under their own total limits")
 	f.BoolVar(&metricsPerSandbox, "metrics-per-sandbox", false, "also export series per sandbox ID (CPU, memory and their limits) at /metrics; without it /metrics, which needs no key on loopback, shows only aggregates by project, backend and state")
+	f.StringVar(&portsListen, "ports-listen", server.DefaultPortsListen, "address of the ports proxy (host:port), the only way into sandboxes' listening ports: /ID/PORT/... with an API key, http://PORT-ID.<--ports-domain>/ for browsers (see docs/network.md); empty turns it off")
+	f.StringVar(&portsDomain, "ports-domain", "localhost", "domain of the ports proxy's host form PORT-ID.DOMAIN (point *.DOMAIN at the proxy; subdomains of localhost resolve to loopback in browsers)")
 	f.StringVar(&chunkSize, "chunk-size", "1M", "size of the chunks lazy layers are fetched, verified and cached in: the chunk digests of layers stored with --lazy-layers, and this node's chunk cache (a power of two, 4K-64M; a node refuses layers stored with another size)")
 	return cmd
 }

@@ -41,6 +41,7 @@ var flattened = map[msgKey]string{
 	{"internal/server", "--sandboxfusion-key-file: %v"}:              "start-up: the operator's own flag",
 	{"internal/server", "listen on %s (--sandboxfusion-listen): %v"}: "start-up: the operator's own flag",
 	{"internal/server", "listen on %s (--listen): %v"}:               "start-up: the operator's own flag",
+	{"internal/server", "listen on %s (--ports-listen): %v"}:         "start-up: the operator's own flag",
 }
 
 // msgKey names a message: its package's directory and its format.

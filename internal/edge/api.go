@@ -40,6 +40,7 @@ func (e *Edge) Handler(token string) http.Handler {
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxAPI{e: e}, opts))
 	mux.Handle(nodev1connect.NewNodeServiceHandler(&nodeAPI{e: e}, opts))
 	mux.Handle(imagev1connect.NewLayerUseServiceHandler(&layerUseAPI{e: e}, opts))
+	mux.HandleFunc(sandbox.PortTunnelPattern, e.servePortTunnel)
 	return limits.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get(caller.HeaderNodeToken)
 		if token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {

@@ -141,6 +141,8 @@ type Edge struct {
 	activity      map[string]time.Time // last API use per sandbox
 	streams       map[string]int       // open exec streams per sandbox
 	ops           map[string]op        // operations in flight (reconcile.go)
+
+	tunnels portTunnels // open port connections per sandbox (ports.go)
 }
 
 // New opens the node state, reconciles it with the backends and starts the

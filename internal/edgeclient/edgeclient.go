@@ -32,6 +32,7 @@ type Conn struct {
 	// LayerUse lists the layers the node's sandboxes mount.
 	LayerUse imagev1connect.LayerUseServiceClient
 	http     *http.Client
+	token    string // the node token, for port tunnels (ports.go)
 }
 
 // Close drops the connection's idle connections.
@@ -71,6 +72,7 @@ func Dial(addr, token string) (*Conn, error) {
 		Node:     nodev1connect.NewNodeServiceClient(hc, base, opt),
 		LayerUse: imagev1connect.NewLayerUseServiceClient(hc, base, opt),
 		http:     hc,
+		token:    token,
 	}, nil
 }
 

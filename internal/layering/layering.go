@@ -94,6 +94,8 @@ var layers = []layer{
 		"internal/fusion",
 		"internal/lazylayer",
 		"internal/placement",
+		// The ports proxy: the way in to sandboxes' listening ports.
+		"internal/portproxy",
 		"internal/watcher",
 	}},
 	// What wires the pieces together into processes, and node-wide tools.

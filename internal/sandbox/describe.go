@@ -55,6 +55,7 @@ const (
 	CapPack          Capability = "pack"     // Packer
 	CapEvents        Capability = "events"   // EventSource
 	CapSessions      Capability = "sessions" // Sessioner: named shell sessions (ExecSpec.Session)
+	CapPorts         Capability = "ports"    // PortDialer: its listening ports reached through the ports proxy
 
 	CapMemoryLimit Capability = "memory-limit" // memory limits enforced, OOM kills reported
 	CapPidsLimit   Capability = "pids-limit"   // a limit on processes enforced
@@ -69,7 +70,7 @@ const (
 // the features it declares, in the order of the constants above.
 func Capabilities(b Backend) []Capability {
 	var out []Capability
-	for _, c := range []Capability{CapPause, CapSnapshot, CapNetwork, CapNetworkPolicy, CapPack, CapEvents, CapSessions} {
+	for _, c := range []Capability{CapPause, CapSnapshot, CapNetwork, CapNetworkPolicy, CapPack, CapEvents, CapSessions, CapPorts} {
 		if implements(b, c) {
 			out = append(out, c)
 		}
@@ -103,6 +104,8 @@ func implements(b Backend, c Capability) bool {
 		_, ok = b.(EventSource)
 	case CapSessions:
 		_, ok = b.(Sessioner)
+	case CapPorts:
+		_, ok = b.(PortDialer)
 	}
 	return ok
 }

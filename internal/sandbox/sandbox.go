@@ -7,7 +7,7 @@
 // A backend implements Backend: lifecycle, exec and files, the same for
 // every isolation tier. What only some backends can do is an optional
 // interface found by type assertion (Pauser, Snapshotter,
-// NetworkAttacher, Packer, EventSource); properties that are not
+// NetworkAttacher, Packer, EventSource, PortDialer); properties that are not
 // operations (the limits a backend enforces, TTYs, surviving a restart)
 // are declared in its Description. Capabilities joins both into the one
 // list users see (dsec backends), and Lacks makes the refusal of an
@@ -31,6 +31,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"net"
 )
 
 // Backend creates and runs sandboxes of one isolation kind.
@@ -126,6 +127,15 @@ type EventSource interface {
 type Sessioner interface {
 	ListSessions(ctx context.Context, id string) ([]SessionInfo, error)
 	DeleteSession(ctx context.Context, id, name string) error
+}
+
+// PortDialer is the optional capability of connecting to a TCP port a
+// sandbox listens on, on its own loopback (127.0.0.1:PORT, or [::1]:PORT,
+// as seen inside it), from outside: the way in of the platform's ports
+// proxy, with or without a network attachment (a sandbox without network
+// still has loopback). A port nothing listens on is Unavailable, at once.
+type PortDialer interface {
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
 // Pauser is the optional capability of pausing a sandbox: its processes

@@ -100,6 +100,8 @@ type Config struct {
 	// MetricsPerSandbox adds series per sandbox ID to /metrics, which
 	// otherwise shows aggregates by project, backend and state only.
 	MetricsPerSandbox bool
+	// Ports configures the ports proxy (ports.go).
+	Ports PortsConfig
 }
 
 // DefaultStateDir is where `dsec up` keeps its state.
@@ -168,6 +170,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if fusionLn != nil {
 		defer fusionLn.Close()
+	}
+	portsLn, err := listenPorts(cfg.Ports)
+	if err != nil {
+		return err
+	}
+	if portsLn != nil {
+		defer portsLn.Close()
 	}
 
 	// Tell `dsec purge` what this node uses.
@@ -305,6 +314,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		log.Info("SandboxFusion API is up", "addr", "http://"+fusionLn.Addr().String())
 	}
 	defer stopFusion()
+	stopPorts := func() {}
+	if portsLn != nil {
+		stopPorts = startPorts(cfg.Ports, portsLn, api, log)
+	}
+	defer stopPorts()
 	log.Info("dsec is up", "api", addr, "node", cfg.Node, "state_dir", cfg.StateDir,
 		"admin_key", filepath.Join(cfg.StateDir, "admin.key"))
 	if cfg.Ready != nil {
@@ -321,6 +335,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	log.Info("shutting down; sandboxes keep running")
 	stopFusion()
+	stopPorts()
 	ready.Store(false)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -50,6 +50,9 @@ type Platform struct {
 	Node string
 	// FusionAddr is the SandboxFusion API's address; empty turns it off.
 	FusionAddr string
+	// PortsAddr is the ports proxy's address (--ports-listen); empty turns
+	// it off, so that platforms of tests never contend for its default.
+	PortsAddr string
 	// Extra are more flags of dsec up.
 	Extra []string
 
@@ -127,7 +130,7 @@ func (p *Platform) start() error {
 	}
 	defer logf.Close()
 	p.cmd = exec.Command(p.Bin, append([]string{"up", "--state-dir", p.StateDir, "--listen", p.Addr,
-		"--cgroup-parent", p.CgroupParent, "--node", p.Node, "--sandboxfusion-listen", p.FusionAddr}, p.Extra...)...)
+		"--cgroup-parent", p.CgroupParent, "--node", p.Node, "--sandboxfusion-listen", p.FusionAddr, "--ports-listen", p.PortsAddr}, p.Extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		p.cmd = nil
