@@ -22,7 +22,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dsecproject/dsec/internal/portproxy"
 	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
@@ -226,7 +225,7 @@ func (f *portForwarder) dial(ctx context.Context) (net.Conn, error) {
 
 // loginLink asks the ports proxy for a browser login link.
 func (f *portForwarder) loginLink(ctx context.Context) (string, error) {
-	body, _ := json.Marshal(portproxy.LoginRequest{Sandbox: f.id, Port: f.port})
+	body, _ := json.Marshal(sandbox.PortLoginRequest{Sandbox: f.id, Port: f.port})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.base.JoinPath("/_dsec/v1/login").String(), bytes.NewReader(body))
 	if err != nil {
 		return "", err
@@ -241,7 +240,7 @@ func (f *portForwarder) loginLink(ctx context.Context) (string, error) {
 	if resp.StatusCode != http.StatusOK {
 		return "", proxyError(resp)
 	}
-	var lr portproxy.LoginResponse
+	var lr sandbox.PortLoginResponse
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&lr); err != nil {
 		return "", fmt.Errorf("the ports proxy's answer: %w", err)
 	}

@@ -404,18 +404,13 @@ func filterSetCookies(h http.Header, name string) {
 	}
 }
 
-// LoginRequest is the body of POST /_dsec/v1/login.
-type LoginRequest struct {
-	Sandbox string `json:"sandbox"`
-	Port    int    `json:"port"`
-}
-
-// LoginResponse is its answer: a link that logs a browser in to the host
-// form of the sandbox's port, once, before it expires.
-type LoginResponse struct {
-	URL       string    `json:"url"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
+// LoginRequest is the body of POST /_dsec/v1/login, LoginResponse its
+// answer (defined with the tunnel's wire in internal/sandbox, so that the
+// command line, which links none of the server, speaks them too).
+type (
+	LoginRequest  = sandbox.PortLoginRequest
+	LoginResponse = sandbox.PortLoginResponse
+)
 
 // mint answers POST /_dsec/v1/login, authenticated by the API key.
 func (p *Proxy) mint(w http.ResponseWriter, r *http.Request) {

@@ -7,7 +7,22 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
+
+// PortLoginRequest is the body of the ports proxy's POST /_dsec/v1/login
+// (internal/portproxy), which an API key authenticates.
+type PortLoginRequest struct {
+	Sandbox string `json:"sandbox"`
+	Port    int    `json:"port"`
+}
+
+// PortLoginResponse is its answer: a link that logs a browser in to the
+// host form of the sandbox's port, once, before it expires.
+type PortLoginResponse struct {
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
 
 // The node API's port tunnel: the control plane asks the edge that owns a
 // sandbox for a byte stream to one of its ports with an HTTP/1.1 request
