@@ -722,3 +722,26 @@ func addr4(v uint32) netip.Addr {
 	binary.BigEndian.PutUint32(b[:], v)
 	return netip.AddrFrom4(b)
 }
+
+// Do runs fn on a locked OS thread inside the router namespace and
+// returns its error; the thread is discarded afterwards, never returned
+// to Go's pool. Sockets fn creates stay in the router namespace (a socket
+// keeps the namespace it was made in), so the node's proxy and resolver
+// create their listeners here and use them from any goroutine.
+func (r *Router) Do(fn func() error) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return fmt.Errorf("router namespace: closed: %w", errdefs.ErrFailedPrecondition)
+	}
+	ns := r.ns
+	r.mu.Unlock()
+	return inNS(ns, fn)
+}
+
+// NSFd is an open descriptor of the router namespace, valid until Close
+// (for netlink sockets bound to it, such as the node's nftables table).
+func (r *Router) NSFd() int { return int(r.ns) }
+
+// Pool is the network the sandboxes' addresses come from.
+func (r *Router) Pool() netip.Prefix { return r.pool }
