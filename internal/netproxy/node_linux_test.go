@@ -163,7 +163,7 @@ func (e *echo) port() int { return e.ln.Addr().(*net.TCPAddr).Port }
 // denied.test at 127.0.0.1 and 127.0.0.2.
 type testNode struct {
 	*Node
-	dir  string
+	dir   string
 	echo  *echo // on allowedIP
 	cat   *netpolicy.Catalogue
 	world sandboxNS
@@ -556,4 +556,3 @@ func TestRestart(t *testing.T) {
 		return nil
 	})
 }
-
