@@ -30,9 +30,6 @@ type netState struct {
 	node *netproxy.Node
 }
 
-// NetworkDir holds the router namespace (internal/netns).
-func (l Layout) NetworkDir() string { return filepath.Join(l.RunDir(), "net") }
-
 // setupNetwork reads the network config and, when some adopted sandbox
 // has a network, opens the node's router and puts every such sandbox's
 // policy back in force before the keeper serves anything: until then the
