@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -250,7 +251,7 @@ ports = [%d]
 	if _, err := os.Stat(Layout{StateDir: dir}.NetworkDir()); err == nil {
 		t.Errorf("the router exists before any sandbox has a network")
 	}
-	allowed := fmt.Sprintf("%s:%d", worldAllowed, port)
+	allowed := net.JoinHostPort(worldAllowed, strconv.Itoa(port))
 
 	// Bad policies are InvalidArgument naming the rule, and open nothing.
 	for _, doc := range []string{
@@ -284,7 +285,7 @@ ports = [%d]
 	if !echoes(t, c1, id, allowed) {
 		t.Fatal("the allowed service does not answer")
 	}
-	if echoes(t, c1, id, fmt.Sprintf("%s:%d", worldDenied, port)) || echoes(t, c1, id, "169.254.169.254:80") {
+	if echoes(t, c1, id, net.JoinHostPort(worldDenied, strconv.Itoa(port))) || echoes(t, c1, id, "169.254.169.254:80") {
 		t.Error("a denied address answered")
 	}
 	got, err := c1.Network(ctx, id)

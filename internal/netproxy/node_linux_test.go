@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +159,44 @@ func newEcho(t testing.TB, w sandboxNS) *echo {
 	return e
 }
 
+// newSource serves "send me N bytes" on allowedIP in the world.
+func newSource(t testing.TB, w sandboxNS) int {
+	t.Helper()
+	var ln net.Listener
+	if err := w.do(func() (err error) {
+		ln, err = net.Listen("tcp4", allowedIP+":0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var req [8]byte
+				if _, err := io.ReadFull(c, req[:]); err != nil {
+					return
+				}
+				n := int64(binary.BigEndian.Uint64(req[:]))
+				for n > 0 {
+					m, err := c.Write(chunk[:min(n, int64(len(chunk)))])
+					if err != nil {
+						return
+					}
+					n -= int64(m)
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 func (e *echo) port() int { return e.ln.Addr().(*net.TCPAddr).Port }
 
 // testNode is a node with a catalogue pointing allowed.test and
@@ -167,6 +207,9 @@ type testNode struct {
 	echo  *echo // on allowedIP
 	cat   *netpolicy.Catalogue
 	world sandboxNS
+	// source is a port on allowedIP that sends what a connection's first
+	// 8 bytes ask for (big-endian length), then closes.
+	source int
 }
 
 func newTestNode(t testing.TB) *testNode {
@@ -174,15 +217,16 @@ func newTestNode(t testing.TB) *testNode {
 	testenv.RequireRoot(t)
 	world := newWorld(t)
 	e := newEcho(t, world)
+	src := newSource(t, world)
 	conf := fmt.Sprintf(`version = 1
 [services.mirror]
 domains = ["allowed.test"]
-ports = [%d]
+ports = [%d, %d]
 [hosts]
 "allowed.test" = ["%s"]
 "denied.test" = ["%s"]
 "other.test" = ["%s"]
-`, e.port(), allowedIP, deniedIP, allowedIP)
+`, e.port(), src, allowedIP, deniedIP, allowedIP)
 	cat, err := netpolicy.ParseCatalogue("test.toml", []byte(conf))
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +236,7 @@ ports = [%d]
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := &testNode{Node: n, dir: dir, echo: e, cat: cat, world: world}
+	tn := &testNode{Node: n, dir: dir, echo: e, cat: cat, world: world, source: src}
 	t.Cleanup(func() {
 		if tn.Node != nil {
 			if err := tn.Destroy(); err != nil {
@@ -324,7 +368,7 @@ func TestEnforcement(t *testing.T) {
 			hostAddrs = append(hostAddrs, p)
 		}
 	}
-	allowed := fmt.Sprintf("%s:%d", allowedIP, port)
+	allowed := net.JoinHostPort(allowedIP, strconv.Itoa(port))
 
 	// A listener inside sandbox b, on its own address: no other sandbox
 	// reaches it.
@@ -396,7 +440,7 @@ func TestEnforcement(t *testing.T) {
 			// The resolved name's address on another port; an address
 			// no name resolved to; the host's loopback services.
 			refusedFast(t, sb.ns, allowedIP+":7420", ping)
-			refusedFast(t, sb.ns, fmt.Sprintf("%s:%d", deniedIP, port), ping)
+			refusedFast(t, sb.ns, net.JoinHostPort(deniedIP, strconv.Itoa(port)), ping)
 			// The node's own addresses (where its API listens).
 			for _, p := range hostAddrs {
 				refusedFast(t, sb.ns, netip.AddrPortFrom(p.Addr(), 7420).String(), ping)
@@ -453,7 +497,7 @@ func TestUpdate(t *testing.T) {
 	if _, err := lookup(t, a, "8.8.8.8:53", "allowed.test"); err != nil {
 		t.Fatal(err)
 	}
-	allowed := fmt.Sprintf("%s:%d", allowedIP, n.echo.port())
+	allowed := net.JoinHostPort(allowedIP, strconv.Itoa(n.echo.port()))
 	est, err := a.dial("tcp4", allowed, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -500,7 +544,7 @@ func TestUpdate(t *testing.T) {
 func TestRestart(t *testing.T) {
 	n := newTestNode(t)
 	a, _ := n.attach(t, "sb-a", "allow=mirror")
-	allowed := fmt.Sprintf("%s:%d", allowedIP, n.echo.port())
+	allowed := net.JoinHostPort(allowedIP, strconv.Itoa(n.echo.port()))
 	lookup(t, a, "8.8.8.8:53", "allowed.test")
 	est, err := a.dial("tcp4", allowed, time.Second)
 	if err != nil {
@@ -555,4 +599,59 @@ func TestRestart(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestFlood: a sandbox opening connections beyond its rate is refused
+// (and told why in its denials) while another sandbox still connects.
+func TestFlood(t *testing.T) {
+	n := newTestNode(t)
+	a, _ := n.attach(t, "sb-a", "allow=mirror")
+	b, _ := n.attach(t, "sb-b", "allow=mirror")
+	for _, ns := range []sandboxNS{a, b} {
+		if _, err := lookup(t, ns, "8.8.8.8:53", "allowed.test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allowed := net.JoinHostPort(allowedIP, strconv.Itoa(n.echo.port()))
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// One thread in a's namespace opens a burst's worth and more.
+	refused := 0
+	if err := a.do(func() error {
+		for range 300 {
+			c, err := net.DialTimeout("tcp4", allowed, time.Second)
+			if err != nil {
+				refused++
+				continue
+			}
+			conns = append(conns, c)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns {
+		if roundTrip(c, []byte("x")) != nil {
+			refused++
+		}
+	}
+	if refused < 50 {
+		t.Errorf("%d of 300 connections at once refused, want the ones beyond the burst of 200", refused)
+	}
+	st, _ := n.Stats("sb-a")
+	if !strings.Contains(fmt.Sprint(st.Denials), "new connections a second") {
+		t.Errorf("denials %v do not say the rate", st.Denials)
+	}
+	c, err := b.dial("tcp4", allowed, time.Second)
+	if err == nil {
+		err = roundTrip(c, []byte("fine"))
+		c.Close()
+	}
+	if err != nil {
+		t.Errorf("the other sandbox during the flood: %v", err)
+	}
 }
