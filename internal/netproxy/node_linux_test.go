@@ -463,6 +463,10 @@ func TestEnforcement(t *testing.T) {
 				}
 				c.Close()
 			}
+			// ICMP echo to the router (and raw IP) goes nowhere.
+			if pingAnswered(t, sb.ns, sb.router) {
+				t.Errorf("the router answered an ICMP echo")
+			}
 			// IPv6 has no route.
 			if c, err := sb.ns.dial("tcp6", "[2001:db8::1]:80", 300*time.Millisecond); err == nil {
 				c.Close()
@@ -658,4 +662,47 @@ func TestFlood(t *testing.T) {
 	if err != nil {
 		t.Errorf("the other sandbox during the flood: %v", err)
 	}
+}
+
+// pingAnswered sends an ICMP echo from a raw socket in ns to dst and
+// reports whether an echo reply came back within 300 ms.
+func pingAnswered(t *testing.T, ns sandboxNS, dst netip.Addr) bool {
+	t.Helper()
+	answered := false
+	if err := ns.do(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMP)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		// Type 8 (echo), code 0, checksum, id, seq.
+		msg := []byte{8, 0, 0, 0, 0x12, 0x34, 0, 1}
+		var sum uint32
+		for i := 0; i < len(msg); i += 2 {
+			sum += uint32(msg[i])<<8 | uint32(msg[i+1])
+		}
+		sum = (sum >> 16) + (sum & 0xffff)
+		sum = ^sum & 0xffff
+		msg[2], msg[3] = byte(sum>>8), byte(sum)
+		if err := unix.Sendto(fd, msg, 0, &unix.SockaddrInet4{Addr: dst.As4()}); err != nil {
+			return err
+		}
+		tv := unix.NsecToTimeval((300 * time.Millisecond).Nanoseconds())
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+		buf := make([]byte, 1500)
+		for {
+			n, _, err := unix.Recvfrom(fd, buf, 0)
+			if err != nil {
+				return nil // timed out: no reply
+			}
+			// The IP header, then ICMP type 0 (echo reply) with our id.
+			if n >= 28 && buf[20] == 0 && buf[24] == 0x12 && buf[25] == 0x34 {
+				answered = true
+				return nil
+			}
+		}
+	}); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	return answered
 }
