@@ -102,6 +102,15 @@ func (k *Keeper) restoreNetwork(n *netproxy.Node, b *box, doc json.RawMessage) e
 	return err
 }
 
+// catalogue is the services policies name: the operator's network config
+// read at start, or the built-in ones.
+func (k *Keeper) catalogue() *netpolicy.Catalogue {
+	if k.net.cat == nil {
+		return netpolicy.Builtin()
+	}
+	return k.net.cat
+}
+
 // netNode returns the node's network, opening it the first time.
 func (k *Keeper) netNode() (*netproxy.Node, error) {
 	k.net.mu.Lock()
@@ -110,7 +119,7 @@ func (k *Keeper) netNode() (*netproxy.Node, error) {
 		return k.net.node, nil
 	}
 	n, err := netproxy.OpenNode(netproxy.NodeConfig{
-		Dir: k.l.NetworkDir(), Pool: k.cfg.NetworkPool, Catalogue: k.net.cat, Logger: k.log,
+		Dir: k.l.NetworkDir(), Pool: k.cfg.NetworkPool, Catalogue: k.catalogue(), Logger: k.log,
 		Proxy: netproxy.Config{Dial: k.net.dial},
 	})
 	if err != nil {
@@ -185,7 +194,7 @@ func (k *Keeper) setNetwork(ctx context.Context, id string, req NetworkRequest) 
 		return NetworkInfo{}, err
 	}
 	// Checked before the router is opened for it.
-	if _, err := netpolicy.Compile(spec, k.net.cat); err != nil {
+	if _, err := netpolicy.Compile(spec, k.catalogue()); err != nil {
 		return NetworkInfo{}, err
 	}
 	b, err := k.lookup(id)
