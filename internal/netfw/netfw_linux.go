@@ -91,10 +91,12 @@ func Install(nsFd int, cfg Config) error {
 
 	// input.
 	rule(in, fromSandbox(), nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))
+	// Every DNS datagram is metered, before the established rule: a
+	// flood from one source port is one conntrack flow.
+	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_UDP), dport(cfg.DNSPort), overRate(dnsMeter, cfg.DNSRate, cfg.DNSBurst, false), verdict(expr.VerdictDrop))
 	rule(in, fromSandbox(), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
-	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_UDP), dport(cfg.DNSPort), overRate(dnsMeter, cfg.DNSRate, cfg.DNSBurst), verdict(expr.VerdictDrop))
-	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_TCP), dport(cfg.DNSPort), overRate(connMeter, cfg.ConnRate, cfg.ConnBurst), verdict(expr.VerdictDrop))
-	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_TCP), dport(cfg.ProxyPort), overRate(connMeter, cfg.ConnRate, cfg.ConnBurst), verdict(expr.VerdictDrop))
+	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_TCP), dport(cfg.DNSPort), overRate(connMeter, cfg.ConnRate, cfg.ConnBurst, true), verdict(expr.VerdictDrop))
+	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_TCP), dport(cfg.ProxyPort), overRate(connMeter, cfg.ConnRate, cfg.ConnBurst, true), verdict(expr.VerdictDrop))
 	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictAccept))
 	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_TCP), dport(cfg.DNSPort), verdict(expr.VerdictAccept))
 	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictAccept))
@@ -184,11 +186,16 @@ func ctState(bits uint32) []expr.Any {
 	}
 }
 
-// overRate matches a packet of a new connection whose source address is
-// over rate a second (burst at once) in the meter set: nft's
-// "ct state new update @set { ip saddr limit rate over R/second burst B packets }".
-func overRate(set string, rate, burst uint32) []expr.Any {
-	return append(ctState(expr.CtStateBitNEW),
+// overRate matches a packet (of a new connection, when newOnly) whose
+// source address is over rate a second (burst at once) in the meter set:
+// nft's "[ct state new] update @set { ip saddr limit rate over R/second
+// burst B packets }".
+func overRate(set string, rate, burst uint32, newOnly bool) []expr.Any {
+	var pre []expr.Any
+	if newOnly {
+		pre = ctState(expr.CtStateBitNEW)
+	}
+	return append(pre,
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Dynset{SrcRegKey: 1, SetName: set, Operation: uint32(unix.NFT_DYNSET_OP_UPDATE),
 			Exprs: []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: uint64(rate), Over: true, Unit: expr.LimitTimeSecond, Burst: burst}}},

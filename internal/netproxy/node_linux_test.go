@@ -706,3 +706,59 @@ func pingAnswered(t *testing.T, ns sandboxNS, dst netip.Addr) bool {
 	}
 	return answered
 }
+
+// TestDNSFloodMetered: one sandbox's DNS datagrams beyond the firewall's
+// per-source meter (bursts of 400, then 200 a second) are dropped before
+// the resolver's shared socket, even from a single source port.
+func TestDNSFloodMetered(t *testing.T) {
+	n := newTestNode(t)
+	a, _ := n.attach(t, "sb-a", "allow=mirror")
+	c, err := a.dial("udp4", "8.8.8.8:53", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := new(dns.Msg)
+	q.SetQuestion("allowed.test.", dns.TypeA)
+	wire, err := q.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replies := make(chan int, 1)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	go func() {
+		got := 0
+		buf := make([]byte, 1500)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				if isTimeout(err) {
+					replies <- got
+					return
+				}
+				t.Logf("read: %v", err)
+				continue
+			}
+			got++
+		}
+	}()
+	sent := 1000
+	if s := os.Getenv("DNSFLOOD_N"); s != "" {
+		sent, _ = strconv.Atoi(s)
+	}
+	for i := range sent {
+		if _, err := c.Write(wire); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// Replies still on their way get half a second.
+	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	got := <-replies
+	if got >= 800 || got < 100 {
+		t.Errorf("%d of %d datagrams from one source answered, want about 500 (the meter's burst and rate)", got, sent)
+	}
+	st, _ := n.Stats("sb-a")
+	t.Logf("%d of %d answered (resolver saw %d)", got, sent, st.DNSQueries)
+}
