@@ -392,6 +392,22 @@ func TestEnforcement(t *testing.T) {
 			t.Fatalf("lookup allowed.test at %s = %v, want %s", server, m, allowedIP)
 		}
 	}
+	// DNS over TCP to any address too.
+	tc, err := a.dial("tcp4", "192.0.2.1:53", time.Second)
+	if err != nil {
+		t.Fatalf("DNS over TCP: %v", err)
+	}
+	tq := new(dns.Msg)
+	tq.SetQuestion("allowed.test.", dns.TypeA)
+	tdc := &dns.Conn{Conn: tc}
+	tc.SetDeadline(time.Now().Add(2 * time.Second))
+	if err := tdc.WriteMsg(tq); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := tdc.ReadMsg(); err != nil || len(m.Answer) != 1 {
+		t.Errorf("DNS over TCP to 192.0.2.1:53 = %v, %v; want the node resolver's answer", m, err)
+	}
+	tc.Close()
 	if m, err := lookup(t, a, "8.8.8.8:53", "denied.test"); err != nil || m.Rcode != dns.RcodeNameError {
 		t.Errorf("lookup denied.test = %v, %v; want NXDOMAIN", m, err)
 	}
