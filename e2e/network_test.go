@@ -60,9 +60,28 @@ func TestNetworkRealSandbox(t *testing.T) {
 	}
 	kc := keeper.NewClient(p.StateDir)
 	defer kc.Close()
+	start := time.Now()
 	info, err := kc.SetNetwork(ctx, sb.ID, keeper.NetworkRequest{Policy: json.RawMessage(`{"mode":"open"}`)})
 	if err != nil {
 		t.Fatalf("SetNetwork: %v", err)
+	}
+	t.Logf("first SetNetwork (opens the router): %v", time.Since(start))
+	start = time.Now()
+	if _, err := kc.SetNetwork(ctx, sb.ID, keeper.NetworkRequest{Policy: json.RawMessage(`{"mode":"open"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("an update: %v", time.Since(start))
+	sb2, err := c.Create(ctx, dsec.CreateOptions{Image: "busybox", Memory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if _, err := kc.SetNetwork(ctx, sb2.ID, keeper.NetworkRequest{Policy: json.RawMessage(`{"mode":"open"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a second sandbox's link: %v", time.Since(start))
+	if err := sb2.Delete(ctx); err != nil {
+		t.Fatal(err)
 	}
 	probe := func(want string) {
 		t.Helper()
