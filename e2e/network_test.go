@@ -132,9 +132,34 @@ func TestNetworkRealSandbox(t *testing.T) {
 	if got, _ := kc.Network(ctx, sb.ID); got.Denied < 1 {
 		t.Errorf("after a restart the denial was not recorded: %+v", got)
 	}
+	// A settings change replaces the keeper, which hands the router over
+	// in its vault: the link and its address stay.
+	ifindex := func() string {
+		t.Helper()
+		r, err := sb.Shell(ctx, "cat /sys/class/net/eth0/ifindex")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(r.Stdout))
+	}
+	link := ifindex()
+	p.Stop(t)
+	p.Extra = append(p.Extra, "--chunk-cache-size", "1G")
+	p.Start(t)
 	v2, err := kc.Version(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if v2.Pid == v.Pid || v2.Settings == nil || v2.Settings.ChunkCacheSize != 1<<30 {
+		t.Fatalf("the keeper was not replaced: %+v", v2)
+	}
+	handed, err := kc.Network(ctx, sb.ID)
+	if err != nil || handed.Address != after.Address {
+		t.Errorf("Network after a handoff = %+v, %v; want the same address %s", handed, err, after.Address)
+	}
+	probe(after.Address)
+	if got := ifindex(); got != link || link == "" {
+		t.Errorf("the sandbox's eth0 is link %q after the handoff, was %q: the router was not handed over", got, link)
 	}
 	if l := routerLinks(t, p, v2.Pid); len(l) != 1 {
 		t.Errorf("router links = %v, want the sandbox's only", l)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -14,6 +15,13 @@ import (
 	"github.com/dsecproject/dsec/internal/netns"
 	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/dsecproject/dsec/internal/netproxy"
+)
+
+// The vault's entry for the router namespace: not a sandbox ID (those
+// hold no dot), so no sandbox's deletion drops it.
+const (
+	vaultNode   = ".network"
+	vaultRouter = "router-netns"
 )
 
 // netState is the keeper's part of the sandboxes' network: the
@@ -37,6 +45,14 @@ type netState struct {
 // keeper no longer has are swept; with no networked sandbox a router left
 // by an earlier keeper is removed.
 func (k *Keeper) setupNetwork() error {
+	// A keeper replaced by this one handed its router over in the vault:
+	// mounted here, it is adopted with its links and addresses, so the
+	// sandboxes' network does not go with the old keeper.
+	if f := k.vault.get(vaultNode, vaultRouter); f != nil {
+		if err := netns.Mount(k.l.NetworkDir(), int(f.Fd())); err != nil {
+			k.log.Warn("mount the router namespace handed over", "err", err)
+		}
+	}
 	k.net.cat = netpolicy.Builtin()
 	if k.cfg.NetworkConfig != "" {
 		cat, err := netpolicy.LoadCatalogue(k.cfg.NetworkConfig)
@@ -58,6 +74,7 @@ func (k *Keeper) setupNetwork() error {
 		if err := netns.Remove(k.l.NetworkDir()); err != nil {
 			k.log.Warn("remove the network router of an earlier keeper", "err", err)
 		}
+		k.vault.drop(vaultNode)
 		return nil
 	}
 	n, err := k.netNode()
@@ -130,6 +147,14 @@ func (k *Keeper) netNode() (*netproxy.Node, error) {
 		return nil, fmt.Errorf("open the node's network router: %w", err)
 	}
 	k.net.node = n
+	// The vault keeps the namespace for the keeper that replaces this
+	// one (a kill -9 loses it: the sandboxes are attached again).
+	if f, err := os.Open(filepath.Join(k.l.NetworkDir(), "router")); err == nil {
+		if err := k.vault.put(vaultNode, vaultRouter, f); err != nil {
+			k.log.Warn("keep the router namespace in the vault", "err", err)
+		}
+		f.Close()
+	}
 	return n, nil
 }
 

@@ -745,3 +745,40 @@ func (r *Router) NSFd() int { return int(r.ns) }
 
 // Pool is the network the sandboxes' addresses come from.
 func (r *Router) Pool() netip.Prefix { return r.pool }
+
+// Mount makes the router namespace nsFd (an open descriptor of a network
+// namespace, such as one a replaced keeper handed over) the router of dir,
+// so that the next Open adopts its links rather than creating a new
+// namespace. A router already mounted in dir is left as it is.
+func Mount(dir string, nsFd int) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("make router namespace dir: %w", err)
+	}
+	path := filepath.Join(dir, routerFile)
+	isNS, err := isNSMount(path)
+	if err != nil || isNS {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(nsFd, &st); err != nil {
+		return fmt.Errorf("router namespace descriptor: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale router namespace file: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", nsFd), path, "", unix.MS_BIND, ""); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("mount the router namespace: %w", err)
+	}
+	if ok, err := isNSMount(path); err != nil || !ok {
+		unix.Unmount(path, unix.MNT_DETACH)
+		os.Remove(path)
+		return fmt.Errorf("mount the router namespace: not a network namespace: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}

@@ -47,3 +47,6 @@ func (r *Router) NSFd() int { return -1 }
 
 // Pool returns the zero prefix off Linux.
 func (r *Router) Pool() netip.Prefix { return netip.Prefix{} }
+
+// Mount returns errors.ErrUnsupported off Linux.
+func Mount(dir string, nsFd int) error { return errors.ErrUnsupported }
