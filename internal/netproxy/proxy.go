@@ -175,13 +175,13 @@ func (p *Proxy) Set(id string, addr netip.Addr, pol *netpolicy.Policy) (int, err
 	addr = addr.Unmap()
 	p.mu.Lock()
 	sb := p.byID[id]
-	if sb != nil && sb.addr != addr {
-		delete(p.byAddr, sb.addr)
-		sb.addr = addr
-	}
 	if other := p.byAddr[addr]; other != nil && other != sb {
 		p.mu.Unlock()
 		return 0, fmt.Errorf("netproxy: address %s is sandbox %s's", addr, other.id)
+	}
+	if sb != nil && sb.addr != addr {
+		delete(p.byAddr, sb.addr)
+		sb.addr = addr
 	}
 	if sb == nil {
 		sb = &sandbox{id: id, addr: addr, conns: map[*conn]struct{}{}, tokens: float64(p.cfg.Burst), last: time.Now()}
