@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"time"
@@ -77,6 +78,14 @@ type Config struct {
 	// LazyReadTimeout bounds one read of a lazy layer's data (default
 	// 30s); past it the read fails with EIO.
 	LazyReadTimeout time.Duration
+	// NetworkConfig is the operator's network config file (TOML,
+	// netpolicy.LoadCatalogue: services, resolver upstreams, [hosts]),
+	// read when the keeper starts; "" is the built-in catalogue with the
+	// host's resolvers. See docs/network.md.
+	NetworkConfig string
+	// NetworkPool is the sandboxes' address pool (default
+	// netns.DefaultPool, 100.64.0.0/10).
+	NetworkPool netip.Prefix
 	// Version is reported to clients.
 	Version string
 	Logger  *slog.Logger

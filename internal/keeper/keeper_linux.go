@@ -40,6 +40,8 @@ type Keeper struct {
 	// defaultDriver runs sandboxes whose request names none (protocol 2's
 	// and the edge's today); "" is the container driver.
 	defaultDriver string
+	// net is the sandboxes' network (network_linux.go).
+	net netState
 
 	mu sync.Mutex
 	// guarded by mu
@@ -165,10 +167,12 @@ func (k *Keeper) setup() error {
 	}
 	k.drivers = map[string]Driver{containerDriverName: k.ct}
 	k.adopt()
-	return nil
+	// Before serving: the adopted sandboxes' policies are in force again.
+	return k.setupNetwork()
 }
 
 func (k *Keeper) teardown() {
+	k.closeNetwork()
 	for _, d := range k.drivers {
 		d.Close()
 	}

@@ -18,6 +18,10 @@ func (l Layout) RunDir() string { return filepath.Join(l.StateDir, "run") }
 // Socket is the keeper's API socket.
 func (l Layout) Socket() string { return filepath.Join(l.RunDir(), "keeper.sock") }
 
+// NetworkDir holds the node's router network namespace (internal/netns),
+// made at the first sandbox given a network.
+func (l Layout) NetworkDir() string { return filepath.Join(l.RunDir(), "net") }
+
 // SandboxesDir holds one directory per sandbox.
 func (l Layout) SandboxesDir() string { return filepath.Join(l.StateDir, "sandboxes") }
 

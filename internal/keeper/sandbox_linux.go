@@ -356,6 +356,7 @@ func (k *Keeper) delete(ctx context.Context, id string) error {
 		for _, d := range k.drivers {
 			d.Destroy(ctx, &box{info: SandboxInfo{ID: id}, exited: closedChan()})
 		}
+		k.dropNetwork(id)
 		return nil
 	}
 	if err != nil {
@@ -366,6 +367,7 @@ func (k *Keeper) delete(ctx context.Context, id string) error {
 	b.mu.Unlock()
 	b.op.Lock()
 	defer b.op.Unlock()
+	k.dropNetwork(id)
 	k.driverOf(b).Destroy(ctx, b)
 	k.vault.drop(id)
 	k.mu.Lock()

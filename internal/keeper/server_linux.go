@@ -137,6 +137,22 @@ func (k *Keeper) handler(stop func()) http.Handler {
 		evs, next := k.events.since(r.Context(), q.Get("cursor"), timeout)
 		reply(w, EventsReply{Events: evs, Cursor: next}, nil)
 	})
+	mux.HandleFunc("PUT /v1/network", func(w http.ResponseWriter, r *http.Request) {
+		var req NetworkRequest
+		if err := decode(r, &req); err != nil {
+			reply(w, nil, err)
+			return
+		}
+		info, err := k.setNetwork(r.Context(), r.URL.Query().Get("sandbox"), req)
+		reply(w, info, err)
+	})
+	mux.HandleFunc("GET /v1/network", func(w http.ResponseWriter, r *http.Request) {
+		info, err := k.network(r.URL.Query().Get("sandbox"))
+		reply(w, info, err)
+	})
+	mux.HandleFunc("DELETE /v1/network", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, nil, k.deleteNetwork(r.URL.Query().Get("sandbox")))
+	})
 	k.packRoutes(mux)
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()

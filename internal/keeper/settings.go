@@ -44,6 +44,10 @@ type Settings struct {
 	ChunkCache     string `json:"chunk_cache,omitempty"`
 	ChunkCacheSize int64  `json:"chunk_cache_size,omitempty"`
 	ChunkSize      int64  `json:"chunk_size,omitempty"`
+	// NetworkConfig is the operator's network config file (dsec up
+	// --network-config; netpolicy.LoadCatalogue), "" for the built-in
+	// catalogue alone. Protocol 5.
+	NetworkConfig string `json:"network_config,omitempty"`
 }
 
 // DefaultChunkSize is the chunk size of lazy layers when none is set.
@@ -57,6 +61,7 @@ func (c Config) Settings() Settings {
 		HostPidsReserve: reserveString(c.HostPidsReserve), HostMemoryReserve: reserveString(c.HostMemoryReserve),
 		DiskQuota: c.DiskQuota, WarmPool: c.WarmPool,
 		BlobSource: c.BlobSource, ChunkCache: c.ChunkCache, ChunkCacheSize: c.ChunkCacheSize, ChunkSize: c.ChunkSize,
+		NetworkConfig: c.NetworkConfig,
 	}
 }
 
@@ -75,6 +80,7 @@ func (s Settings) Apply(c *Config) error {
 	c.HostPidsReserve, c.HostMemoryReserve = pids, mem
 	c.DiskQuota, c.WarmPool = s.DiskQuota, s.WarmPool
 	c.BlobSource, c.ChunkCache, c.ChunkCacheSize, c.ChunkSize = s.BlobSource, s.ChunkCache, s.ChunkCacheSize, s.ChunkSize
+	c.NetworkConfig = s.NetworkConfig
 	return nil
 }
 
@@ -154,6 +160,7 @@ func (s Settings) Args() []string {
 	add("chunk-cache", s.ChunkCache)
 	add("chunk-cache-size", strconv.FormatInt(s.ChunkCacheSize, 10))
 	add("chunk-size", strconv.FormatInt(s.ChunkSize, 10))
+	add("network-config", s.NetworkConfig)
 	return args
 }
 
@@ -212,6 +219,8 @@ func SettingsFromArgs(args []string) (Settings, error) {
 			atoi64(&s.ChunkCacheSize)
 		case "chunk-size":
 			atoi64(&s.ChunkSize)
+		case "network-config":
+			s.NetworkConfig = val
 		default:
 			return s, fmt.Errorf("keeper flag --%s: unknown", name)
 		}
@@ -287,6 +296,8 @@ func Compare(have, want Settings) []Change {
 	diff("--chunk-cache", have.ChunkCache, want.ChunkCache, Restart)
 	diff("--chunk-cache-size", itoa(have.ChunkCacheSize), itoa(want.ChunkCacheSize), Restart)
 	diff("--chunk-size", itoa(have.ChunkSize), itoa(want.ChunkSize), Restart)
+	// A new keeper reads the file and restores every policy against it.
+	diff("--network-config", have.NetworkConfig, want.NetworkConfig, Restart)
 	return out
 }
 

@@ -43,7 +43,8 @@ func TestSettingsArgsRoundTrip(t *testing.T) {
 		{},
 		{Runtime: "/usr/bin/runc", CgroupParent: "dsec-e2e", IDBase: 2_000_000_000, IDSize: 65536, IDRanges: 64,
 			HostPidsReserve: "50%,4096", HostMemoryReserve: "2147483648", DiskQuota: "image", WarmPool: -1,
-			BlobSource: "http://127.0.0.1:9000", ChunkCache: "/srv/chunks", ChunkCacheSize: 1 << 30, ChunkSize: 4 << 20},
+			BlobSource: "http://127.0.0.1:9000", ChunkCache: "/srv/chunks", ChunkCacheSize: 1 << 30, ChunkSize: 4 << 20,
+			NetworkConfig: "/etc/dsec/network.toml"},
 	} {
 		got, err := SettingsFromArgs(s.Args())
 		if err != nil {
@@ -87,6 +88,7 @@ func TestCompare(t *testing.T) {
 		{"chunk size", func(s *Settings) { s.ChunkSize = 4 << 20 }, Restart, "--chunk-size"},
 		{"chunk cache size", func(s *Settings) { s.ChunkCacheSize = 1 << 30 }, Restart, "--chunk-cache-size"},
 		{"blob source", func(s *Settings) { s.BlobSource = "dir:/srv/blobs" }, Restart, "--blob-source"},
+		{"network config", func(s *Settings) { s.NetworkConfig = "/etc/dsec/network.toml" }, Restart, "--network-config"},
 		{"host pids reserve", func(s *Settings) { s.HostPidsReserve = "50%" }, Restart, "--host-pids-reserve"},
 		{"more id ranges", func(s *Settings) { s.IDRanges = 200 }, Restart, "--uid-ranges"},
 		{"fewer id ranges", func(s *Settings) { s.IDRanges = 50 }, Fixed, "--uid-ranges"},

@@ -69,7 +69,10 @@ var layers = []layer{
 		"internal/layer",
 		"internal/lazyfs",
 		"internal/netdns",
+		// The router namespace's firewall and the egress proxy.
+		"internal/netfw",
 		"internal/netns",
+		"internal/netproxy",
 		"internal/nsexec",
 		"internal/oci",
 		"internal/ociimport",

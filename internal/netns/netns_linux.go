@@ -722,3 +722,63 @@ func addr4(v uint32) netip.Addr {
 	binary.BigEndian.PutUint32(b[:], v)
 	return netip.AddrFrom4(b)
 }
+
+// Do runs fn on a locked OS thread inside the router namespace and
+// returns its error; the thread is discarded afterwards, never returned
+// to Go's pool. Sockets fn creates stay in the router namespace (a socket
+// keeps the namespace it was made in), so the node's proxy and resolver
+// create their listeners here and use them from any goroutine.
+func (r *Router) Do(fn func() error) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return fmt.Errorf("router namespace: closed: %w", errdefs.ErrFailedPrecondition)
+	}
+	ns := r.ns
+	r.mu.Unlock()
+	return inNS(ns, fn)
+}
+
+// NSFd is an open descriptor of the router namespace, valid until Close
+// (for netlink sockets bound to it, such as the node's nftables table).
+func (r *Router) NSFd() int { return int(r.ns) }
+
+// Pool is the network the sandboxes' addresses come from.
+func (r *Router) Pool() netip.Prefix { return r.pool }
+
+// Mount makes the router namespace nsFd (an open descriptor of a network
+// namespace, such as one a replaced keeper handed over) the router of dir,
+// so that the next Open adopts its links rather than creating a new
+// namespace. A router already mounted in dir is left as it is.
+func Mount(dir string, nsFd int) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("make router namespace dir: %w", err)
+	}
+	path := filepath.Join(dir, routerFile)
+	isNS, err := isNSMount(path)
+	if err != nil || isNS {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(nsFd, &st); err != nil {
+		return fmt.Errorf("router namespace descriptor: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale router namespace file: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", nsFd), path, "", unix.MS_BIND, ""); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("mount the router namespace: %w", err)
+	}
+	if ok, err := isNSMount(path); err != nil || !ok {
+		unix.Unmount(path, unix.MNT_DETACH)
+		os.Remove(path)
+		return fmt.Errorf("mount the router namespace: not a network namespace: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}

@@ -38,3 +38,15 @@ func (r *Router) Destroy() error { return errors.ErrUnsupported }
 
 // Remove returns errors.ErrUnsupported off Linux.
 func Remove(dir string) error { return errors.ErrUnsupported }
+
+// Do returns errors.ErrUnsupported off Linux.
+func (r *Router) Do(fn func() error) error { return errors.ErrUnsupported }
+
+// NSFd returns -1 off Linux.
+func (r *Router) NSFd() int { return -1 }
+
+// Pool returns the zero prefix off Linux.
+func (r *Router) Pool() netip.Prefix { return netip.Prefix{} }
+
+// Mount returns errors.ErrUnsupported off Linux.
+func Mount(dir string, nsFd int) error { return errors.ErrUnsupported }

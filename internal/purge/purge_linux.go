@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dsecproject/dsec/internal/keeper"
+	"github.com/dsecproject/dsec/internal/netns"
 )
 
 // Run purges the node. It keeps going past errors and returns them joined.
@@ -81,6 +82,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if err != nil {
 		errs = append(errs, err)
+	}
+	// The sandboxes' router namespace, with every link and the firewall
+	// table in it (a table lives and dies with its namespace). It is
+	// mounted in the keeper's mount namespace and goes with it; one
+	// mounted here (a keeper run in this namespace) is removed here.
+	if err := netns.Remove(keeper.Layout{StateDir: cfg.StateDir}.NetworkDir()); err != nil {
+		errs = append(errs, fmt.Errorf("remove the network router: %w", err))
 	}
 	// 4. Mounts under the state dir in this namespace, and loop devices
 	// backed by its files.

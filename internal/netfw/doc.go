@@ -1,0 +1,56 @@
+// Package netfw installs the node's firewall in the router network
+// namespace (internal/netns): one nftables table, "inet dsec", that sends
+// every connection a sandbox makes to the node's egress proxy and every
+// DNS query to the node resolver, and drops everything else the sandboxes'
+// links carry.
+//
+// Invariants:
+//   - The table lives in the router namespace only: the netlink socket is
+//     bound to the namespace's fd (nftables.WithNetNSFd), so the host's
+//     own rules are never read or changed.
+//   - Install replaces the whole table in one netlink batch, which the
+//     kernel applies atomically: a restarted keeper never leaves a moment
+//     without rules, and never two copies.
+//   - The rules match the router ends of the sandboxes' links by name
+//     ("dsr*", netns's prefix), so a link attached later is covered with
+//     no rule change.
+//
+// Linux only; elsewhere every function returns errors.ErrUnsupported.
+package netfw
+
+// TableName is the table's name in the router namespace (family inet).
+const TableName = "dsec"
+
+// LinkPrefix is the prefix of the router ends' names (netns's "dsr").
+const LinkPrefix = "dsr"
+
+// Config says where the redirected traffic goes and how fast a sandbox may
+// open it. The zero rates take the defaults.
+type Config struct {
+	// ProxyPort is the egress proxy's TCP port in the router namespace
+	// (listening on every router address). Required.
+	ProxyPort uint16
+	// DNSPort is the node resolver's UDP and TCP port there. Required.
+	DNSPort uint16
+	// DNSRate and DNSBurst bound each source address's DNS packets a
+	// second, before they reach the resolver's shared socket (the
+	// resolver has its own per-sandbox budget behind it). Defaults 200
+	// and 400.
+	DNSRate, DNSBurst uint32
+	// ConnRate and ConnBurst bound each source address's new TCP
+	// connections a second; beyond, SYNs are dropped (the client retries)
+	// before they reach the proxy's accept queue. Defaults 200 and 400.
+	ConnRate, ConnBurst uint32
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *uint32, d uint32) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.DNSRate, 200)
+	def(&c.DNSBurst, 400)
+	def(&c.ConnRate, 200)
+	def(&c.ConnBurst, 400)
+}

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package netfw
+
+import "errors"
+
+// Install returns errors.ErrUnsupported off Linux.
+func Install(nsFd int, cfg Config) error { return errors.ErrUnsupported }
+
+// Remove returns errors.ErrUnsupported off Linux.
+func Remove(nsFd int) error { return errors.ErrUnsupported }
+
+// Installed returns errors.ErrUnsupported off Linux.
+func Installed(nsFd int) (bool, error) { return false, errors.ErrUnsupported }

@@ -1,0 +1,596 @@
+package netproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dsecproject/dsec/internal/netdns"
+	"github.com/dsecproject/dsec/internal/netpolicy"
+)
+
+// MaxDenials is how many of a sandbox's recent denials are kept.
+const MaxDenials = 64
+
+// Config configures a Proxy; its zero value works.
+type Config struct {
+	// Resolved returns the names sandbox resolved to ip through the node
+	// resolver (netdns.Resolver.Resolved). Default: none.
+	Resolved func(sandbox string, ip netip.Addr) []string
+	// Dial dials an allowed destination. Default: a net.Dialer with
+	// DialTimeout, in the calling goroutine's (the host's) namespace.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// PeekTimeout bounds the wait for a connection's first bytes (its
+	// TLS ClientHello or HTTP request head); a connection that sends
+	// nothing by then (a protocol where the server speaks first) is
+	// judged without a name. Default 300 ms.
+	PeekTimeout time.Duration
+	// PeekBytes bounds what is read before judging. Default 16 KiB + 5
+	// (one TLS record).
+	PeekBytes int
+	// DialTimeout bounds a dial. Default 10 s.
+	DialTimeout time.Duration
+	// MaxConns bounds one sandbox's connections at once. Default 512.
+	MaxConns int
+	// Rate and Burst bound one sandbox's new connections a second.
+	// Defaults 100 and 200.
+	Rate  float64
+	Burst int
+	// MaxNodeConns bounds the node's connections at once. Default 16,384.
+	MaxNodeConns int
+	// Logger receives warnings. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Resolved == nil {
+		c.Resolved = func(string, netip.Addr) []string { return nil }
+	}
+	if c.PeekTimeout <= 0 {
+		c.PeekTimeout = 300 * time.Millisecond
+	}
+	if c.PeekBytes <= 0 {
+		c.PeekBytes = 5 + 1<<14
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.Dial == nil {
+		d := &net.Dialer{Timeout: c.DialTimeout}
+		c.Dial = d.DialContext
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 512
+	}
+	if c.Rate <= 0 {
+		c.Rate = 100
+	}
+	if c.Burst <= 0 {
+		c.Burst = 200
+	}
+	if c.MaxNodeConns <= 0 {
+		c.MaxNodeConns = 16384
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Stats are a sandbox's counters since it was registered.
+type Stats struct {
+	BytesOut, BytesIn     int64
+	ConnsOut, ConnsActive int64
+	Denied                int64
+	DNSQueries, DNSDenied int64
+	Denials               []Denial
+}
+
+// Denial is one denied connection or name.
+type Denial struct {
+	Time time.Time
+	// Dest is "ADDR:PORT/tcp", or the name for a lookup.
+	Dest string
+	// Name is the SNI or Host the connection gave, if any.
+	Name   string
+	Reason string
+}
+
+// Proxy is the node's egress proxy. Its methods are safe for concurrent
+// use.
+type Proxy struct {
+	cfg   Config
+	conns atomic.Int64 // the node's connections
+
+	mu sync.Mutex
+	// guarded by mu
+	byAddr map[netip.Addr]*sandbox
+	byID   map[string]*sandbox
+}
+
+// New returns a proxy with no sandboxes: it refuses every connection
+// until Set registers their sources.
+func New(cfg Config) *Proxy {
+	cfg.setDefaults()
+	return &Proxy{cfg: cfg, byAddr: map[netip.Addr]*sandbox{}, byID: map[string]*sandbox{}}
+}
+
+// sandbox is one sandbox's state in the proxy.
+type sandbox struct {
+	id     string
+	addr   netip.Addr
+	policy atomic.Pointer[netpolicy.Policy]
+
+	bytesOut, bytesIn, connsOut, active, denied, dnsQueries, dnsDenied atomic.Int64
+
+	mu sync.Mutex
+	// guarded by mu
+	conns   map[*conn]struct{}
+	denials []Denial // a ring of MaxDenials, oldest at head once full
+	head    int
+	tokens  float64
+	last    time.Time
+	gone    bool
+}
+
+// conn is an allowed connection, kept so that a policy update can judge
+// it again.
+type conn struct {
+	dest   netpolicy.Dest
+	names  []string
+	client *net.TCPConn
+	mu     sync.Mutex
+	// guarded by mu
+	upstream net.Conn
+	cut      bool
+}
+
+// close cuts both sides; the client gets a reset.
+func (c *conn) close() {
+	c.mu.Lock()
+	c.cut = true
+	up := c.upstream
+	c.mu.Unlock()
+	c.client.SetLinger(0)
+	c.client.Close()
+	if up != nil {
+		up.Close()
+	}
+}
+
+// Set registers sandbox id at source address addr under policy pol, or
+// replaces its policy: new connections see pol at once, and established
+// ones pol no longer allows are cut before Set returns. It returns how
+// many were cut.
+func (p *Proxy) Set(id string, addr netip.Addr, pol *netpolicy.Policy) (int, error) {
+	if pol == nil {
+		return 0, errors.New("netproxy: nil policy")
+	}
+	addr = addr.Unmap()
+	p.mu.Lock()
+	sb := p.byID[id]
+	if other := p.byAddr[addr]; other != nil && other != sb {
+		p.mu.Unlock()
+		return 0, fmt.Errorf("netproxy: address %s is sandbox %s's", addr, other.id)
+	}
+	if sb != nil && sb.addr != addr {
+		delete(p.byAddr, sb.addr)
+		sb.addr = addr
+	}
+	if sb == nil {
+		sb = &sandbox{id: id, addr: addr, conns: map[*conn]struct{}{}, tokens: float64(p.cfg.Burst), last: time.Now()}
+		p.byID[id] = sb
+	}
+	p.byAddr[addr] = sb
+	p.mu.Unlock()
+	sb.policy.Store(pol)
+	return sb.rejudge(pol), nil
+}
+
+// rejudge cuts the connections pol no longer allows.
+func (sb *sandbox) rejudge(pol *netpolicy.Policy) int {
+	sb.mu.Lock()
+	var cut []*conn
+	for c := range sb.conns {
+		if !decide(pol, c.dest, c.names).Allow {
+			cut = append(cut, c)
+			delete(sb.conns, c)
+		}
+	}
+	sb.mu.Unlock()
+	for _, c := range cut {
+		c.close()
+	}
+	return len(cut)
+}
+
+// Remove forgets sandbox id and cuts its connections.
+func (p *Proxy) Remove(id string) {
+	p.mu.Lock()
+	sb := p.byID[id]
+	if sb != nil {
+		delete(p.byID, id)
+		if p.byAddr[sb.addr] == sb {
+			delete(p.byAddr, sb.addr)
+		}
+	}
+	p.mu.Unlock()
+	if sb == nil {
+		return
+	}
+	sb.mu.Lock()
+	sb.gone = true
+	conns := sb.conns
+	sb.conns = map[*conn]struct{}{}
+	sb.mu.Unlock()
+	for c := range conns {
+		c.close()
+	}
+}
+
+// Stats returns sandbox id's counters and recent denials.
+func (p *Proxy) Stats(id string) (Stats, bool) {
+	p.mu.Lock()
+	sb := p.byID[id]
+	p.mu.Unlock()
+	if sb == nil {
+		return Stats{}, false
+	}
+	st := Stats{
+		BytesOut: sb.bytesOut.Load(), BytesIn: sb.bytesIn.Load(),
+		ConnsOut: sb.connsOut.Load(), ConnsActive: sb.active.Load(),
+		Denied: sb.denied.Load(), DNSQueries: sb.dnsQueries.Load(), DNSDenied: sb.dnsDenied.Load(),
+	}
+	sb.mu.Lock()
+	n := len(sb.denials)
+	for i := range n {
+		st.Denials = append(st.Denials, sb.denials[(sb.head+i)%n])
+	}
+	sb.mu.Unlock()
+	return st, true
+}
+
+func (p *Proxy) bySource(a netip.Addr) *sandbox {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byAddr[a.Unmap()]
+}
+
+// Sandbox makes the proxy the node resolver's view: a query's source
+// address names its sandbox, whose current policy judges the names.
+// Queries from other sources get no reply.
+func (p *Proxy) Sandbox(remote net.Addr) (netdns.Sandbox, bool) {
+	ap, ok := addrPort(remote)
+	if !ok {
+		return netdns.Sandbox{}, false
+	}
+	sb := p.bySource(ap.Addr())
+	if sb == nil {
+		return netdns.Sandbox{}, false
+	}
+	sb.dnsQueries.Add(1)
+	return netdns.Sandbox{ID: sb.id, Policy: (*livePolicy)(sb)}, true
+}
+
+// livePolicy judges names by the sandbox's policy of the moment.
+type livePolicy sandbox
+
+func (l *livePolicy) AllowName(name string) bool {
+	pol := (*sandbox)(l).policy.Load()
+	return pol != nil && pol.AllowName(name)
+}
+
+// DeniedName records that sandbox id's lookup of name was denied (for
+// netdns.Config.Denied).
+func (p *Proxy) DeniedName(id, name string) {
+	p.mu.Lock()
+	sb := p.byID[id]
+	p.mu.Unlock()
+	if sb == nil {
+		return
+	}
+	sb.dnsDenied.Add(1)
+	sb.record(Denial{Time: time.Now(), Dest: name, Reason: "denied: the policy allows no connection to this name, so it does not resolve (NXDOMAIN)"})
+}
+
+func (sb *sandbox) record(d Denial) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if len(sb.denials) < MaxDenials {
+		sb.denials = append(sb.denials, d)
+		return
+	}
+	sb.denials[sb.head] = d
+	sb.head = (sb.head + 1) % MaxDenials
+}
+
+// admit takes a token of the sandbox's connection rate and a place among
+// its connections.
+func (sb *sandbox) admit(cfg *Config, now time.Time) (string, bool) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.gone {
+		return "denied: the sandbox has no network", false
+	}
+	sb.tokens = min(float64(cfg.Burst), sb.tokens+now.Sub(sb.last).Seconds()*cfg.Rate)
+	sb.last = now
+	if sb.tokens < 1 {
+		return fmt.Sprintf("denied: more than %g new connections a second from this sandbox", cfg.Rate), false
+	}
+	if int(sb.active.Load()) >= cfg.MaxConns {
+		return fmt.Sprintf("denied: this sandbox already has %d connections open", cfg.MaxConns), false
+	}
+	sb.tokens--
+	sb.active.Add(1)
+	return "", true
+}
+
+// Serve accepts connections on ln (a TCP listener in the router
+// namespace, where the firewall redirects the sandboxes' connections)
+// until ctx ends; it closes ln, cuts every connection and returns once
+// every goroutine it started is done.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var err error
+	for {
+		c, aerr := ln.Accept()
+		if aerr != nil {
+			if ctx.Err() == nil {
+				err = fmt.Errorf("egress proxy: accept: %w", aerr)
+			}
+			break
+		}
+		tc, ok := c.(*net.TCPConn)
+		if !ok {
+			c.Close()
+			continue
+		}
+		if p.conns.Add(1) > int64(p.cfg.MaxNodeConns) {
+			p.conns.Add(-1)
+			reset(tc)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer p.conns.Add(-1)
+			p.handle(ctx, tc)
+		}()
+	}
+	cancel()
+	p.mu.Lock()
+	ids := make([]*sandbox, 0, len(p.byID))
+	for _, sb := range p.byID {
+		ids = append(ids, sb)
+	}
+	p.mu.Unlock()
+	for _, sb := range ids {
+		sb.mu.Lock()
+		conns := sb.conns
+		sb.conns = map[*conn]struct{}{}
+		sb.mu.Unlock()
+		for c := range conns {
+			c.close()
+		}
+	}
+	wg.Wait()
+	return err
+}
+
+// reset closes c with a RST: the client learns at once.
+func reset(c *net.TCPConn) {
+	c.SetLinger(0)
+	c.Close()
+}
+
+func addrPort(a net.Addr) (netip.AddrPort, bool) {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.AddrPort(), true
+	case *net.UDPAddr:
+		return a.AddrPort(), true
+	}
+	return netip.AddrPort{}, false
+}
+
+// decide judges d under pol with each name the connection gave (allowed
+// only when every one is), or without a name when it gave none.
+func decide(pol *netpolicy.Policy, d netpolicy.Dest, names []string) netpolicy.Decision {
+	if len(names) == 0 {
+		return pol.Decide(d)
+	}
+	var dec netpolicy.Decision
+	for _, n := range names {
+		d.Name = n
+		dec = pol.Decide(d)
+		if !dec.Allow {
+			return dec
+		}
+	}
+	return dec
+}
+
+func (p *Proxy) handle(ctx context.Context, client *net.TCPConn) {
+	src, ok := addrPort(client.RemoteAddr())
+	if !ok {
+		reset(client)
+		return
+	}
+	sb := p.bySource(src.Addr())
+	if sb == nil {
+		// No sandbox of ours (or not yet restored): fail closed.
+		reset(client)
+		return
+	}
+	dst, err := originalDst(client)
+	if err != nil {
+		p.cfg.Logger.Warn("egress proxy: original destination", "sandbox", sb.id, "err", err)
+		reset(client)
+		return
+	}
+	destText := fmt.Sprintf("%s/tcp", dst)
+	now := time.Now()
+	if why, ok := sb.admit(&p.cfg, now); !ok {
+		sb.denied.Add(1)
+		sb.record(Denial{Time: now, Dest: destText, Reason: why})
+		reset(client)
+		return
+	}
+	defer sb.active.Add(-1)
+
+	head, names, bad := p.peek(client)
+	d := netpolicy.Dest{Addr: dst.Addr().Unmap(), Port: dst.Port(), Protocol: netpolicy.TCP, Resolved: p.cfg.Resolved(sb.id, dst.Addr().Unmap())}
+	name := ""
+	if len(names) > 0 {
+		name = names[0]
+	}
+	if bad {
+		sb.denied.Add(1)
+		sb.record(Denial{Time: time.Now(), Dest: destText, Reason: "denied: its first bytes are a TLS ClientHello or an HTTP request the proxy cannot read"})
+		reset(client)
+		return
+	}
+	c := &conn{dest: d, names: names, client: client}
+	pol := sb.policy.Load()
+	dec := decide(pol, d, names)
+	if dec.Allow {
+		// Registered before the policy is read again: an update between
+		// the two either sees this connection or is seen here.
+		sb.mu.Lock()
+		if sb.gone {
+			sb.mu.Unlock()
+			dec = netpolicy.Decision{Reason: netpolicy.ReasonNone}
+		} else {
+			sb.conns[c] = struct{}{}
+			sb.mu.Unlock()
+			if now := sb.policy.Load(); now != pol {
+				dec = decide(now, d, names)
+			}
+		}
+	}
+	if !dec.Allow {
+		sb.drop(c)
+		sb.denied.Add(1)
+		sb.record(Denial{Time: time.Now(), Dest: destText, Name: name, Reason: dec.String()})
+		reset(client)
+		return
+	}
+	defer sb.drop(c)
+	sb.connsOut.Add(1)
+
+	dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	up, err := p.cfg.Dial(dctx, "tcp", dst.String())
+	cancel()
+	if err != nil {
+		reset(client)
+		return
+	}
+	c.mu.Lock()
+	if c.cut {
+		c.mu.Unlock()
+		up.Close()
+		return
+	}
+	c.upstream = up
+	c.mu.Unlock()
+	defer up.Close()
+	defer client.Close()
+	if len(head) > 0 {
+		if _, err := up.Write(head); err != nil {
+			reset(client)
+			return
+		}
+		sb.bytesOut.Add(int64(len(head)))
+	}
+	pipe(sb, client, up)
+}
+
+func (sb *sandbox) drop(c *conn) {
+	sb.mu.Lock()
+	delete(sb.conns, c)
+	sb.mu.Unlock()
+}
+
+// peek reads the connection's first bytes, within the time and size
+// bounds, and the name they give.
+func (p *Proxy) peek(c *net.TCPConn) (head []byte, names []string, bad bool) {
+	buf := make([]byte, 0, 2048)
+	deadline := time.Now().Add(p.cfg.PeekTimeout)
+	c.SetReadDeadline(deadline)
+	defer c.SetReadDeadline(time.Time{})
+	for {
+		if len(buf) == cap(buf) {
+			if cap(buf) >= p.cfg.PeekBytes {
+				return buf, nil, true
+			}
+			nb := make([]byte, len(buf), min(2*cap(buf), p.cfg.PeekBytes))
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if n > 0 {
+			name, st := peekName(buf)
+			switch st {
+			case peekDone:
+				if name != "" {
+					names = []string{name}
+				}
+				return buf, names, false
+			case peekBad:
+				return buf, nil, true
+			}
+		}
+		if err != nil {
+			if len(buf) == 0 && (errors.Is(err, io.EOF) || isTimeout(err)) {
+				// Nothing sent: a protocol where the server speaks
+				// first (or a client that only half-closed).
+				return nil, nil, false
+			}
+			// A TLS ClientHello or HTTP head begun and not finished
+			// in time: refused rather than judged without its name.
+			return buf, nil, len(buf) > 0
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// pipe copies both ways until both directions end, passing each side's
+// end of stream to the other (half-close). Between two *net.TCPConn,
+// io.Copy splices.
+func pipe(sb *sandbox, client *net.TCPConn, up net.Conn) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n, _ := io.Copy(up, client)
+		sb.bytesOut.Add(n)
+		closeWrite(up)
+	}()
+	n, _ := io.Copy(client, up)
+	sb.bytesIn.Add(n)
+	client.CloseWrite()
+	wg.Wait()
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		return
+	}
+	c.Close()
+}
