@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsecproject/dsec/internal/keeper"
+	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/server"
@@ -43,6 +44,7 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		warmPool                        int
 		lazyLayers                      bool
 		blobSource, chunkCache          string
+		networkConfig                   string
 		chunkCacheSize                  string
 		chunkSize                       string
 		ceil                            ceilingFlags
@@ -135,6 +137,10 @@ http://PORT-ID.<--ports-domain>/ for browsers (dsec port ID PORT --browser).`,
 			if err != nil {
 				return err
 			}
+			netCat, err := loadNetworkConfig(&networkConfig)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return server.Run(ctx, server.Config{
@@ -148,6 +154,7 @@ http://PORT-ID.<--ports-domain>/ for browsers (dsec port ID PORT --browser).`,
 				CgroupParent: cgroupParent, DiskQuota: diskQuota, WarmPool: warmPool,
 				LazyLayers: lazyLayers, BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: ccSize, ChunkSize: cSize,
 				IDMap: rootfs.IDMap{HostID: uidBase, Size: uidCount}, UIDRanges: uidRanges,
+				NetworkConfig: networkConfig, Network: netCat,
 				Defaults:         sandbox.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
 				MaxRequestBytes: maxReq, MetricsPerSandbox: metricsPerSandbox, Ports: server.PortsConfig{Listen: portsListen, Domain: portsDomain},
@@ -180,6 +187,7 @@ http://PORT-ID.<--ports-domain>/ for browsers (dsec port ID PORT --browser).`,
 	f.BoolVar(&lazyLayers, "lazy-layers", false, "also store every new layer in its lazy form (metadata image + data blob), so nodes with --blob-source mount it on demand")
 	f.StringVar(&blobSource, "blob-source", "", "where this node reads lazy layers from: dir:/path (a blob store directory) or http://host:port (dsec blobserver); empty mounts every layer from a local image")
 	f.StringVar(&chunkCache, "chunk-cache", "", "directory of the node's chunk cache for lazy layers (default <state-dir>/chunks)")
+	f.StringVar(&networkConfig, "network-config", "", "the operator's network config (TOML, docs/network.md): services of the catalogue (which may name internal mirrors), [resolver] upstreams, [hosts]; read at start (default: the built-in catalogue and the host's resolvers)")
 	f.StringVar(&chunkCacheSize, "chunk-cache-size", "0", "cap of the chunk cache, e.g. 20G (0: no cap)")
 	f.StringVar(&maxRequestSize, "max-request-size", "64M", "largest request body of an API call, and largest message of a stream, on every listener (calls that carry no data, such as create, take at most 1M of it); file, tar and layer uploads stream under their own total limits")
 	f.BoolVar(&metricsPerSandbox, "metrics-per-sandbox", false, "also export series per sandbox ID (CPU, memory and their limits) at /metrics; without it /metrics, which needs no key on loopback, shows only aggregates by project, backend and state")
@@ -277,6 +285,7 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 		uidRanges                        int
 		warmPool                         int
 		blobSource, chunkCache           string
+		networkConfig                    string
 		chunkCacheSize                   int64
 		chunkSize                        int64
 		ceil                             ceilingFlags
@@ -307,7 +316,8 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 				WarmPool:   warmPool,
 				BlobSource: blobSource, ChunkCache: chunkCache, ChunkCacheSize: chunkCacheSize, ChunkSize: chunkSize,
 				IDMap: rootfs.IDMap{HostID: uidBase, Size: uidCount}, UIDRanges: uidRanges,
-				Version: buildVersion(), Logger: log,
+				NetworkConfig: networkConfig,
+				Version:       buildVersion(), Logger: log,
 			})
 			if errors.Is(err, context.Canceled) {
 				return nil
@@ -323,10 +333,30 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	f.IntVar(&warmPool, "warm-pool", 0, "warm sandboxes per recent shape (0: the default; negative: none)")
 	f.StringVar(&blobSource, "blob-source", "", "blob source of lazy layers (dir:/path or http://host:port)")
 	f.StringVar(&chunkCache, "chunk-cache", "", "chunk cache directory (default <state>/chunks)")
+	f.StringVar(&networkConfig, "network-config", "", "the operator's network config file (default: the built-in catalogue)")
 	f.Int64Var(&chunkCacheSize, "chunk-cache-size", 0, "chunk cache cap in bytes (0: none)")
 	f.Int64Var(&chunkSize, "chunk-size", 0, "chunk size of the chunk cache in bytes (0: 1 MiB)")
 	f.Uint32Var(&uidBase, "uid-base", rootfs.Default.HostID, "first host uid/gid of the sandboxes' range")
 	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "ids per sandbox")
 	f.IntVar(&uidRanges, "uid-ranges", 0, "sandboxes' id ranges (0: the default)")
 	return cmd
+}
+
+// loadNetworkConfig checks dsec up's --network-config file, makes *path
+// absolute (the keeper reads it too, from another working directory) and
+// returns its catalogue; nil without a file (the built-in one).
+func loadNetworkConfig(path *string) (*netpolicy.Catalogue, error) {
+	if *path == "" {
+		return nil, nil
+	}
+	abs, err := filepath.Abs(*path)
+	if err != nil {
+		return nil, usageErrorf("--network-config %s: %v", *path, err)
+	}
+	cat, err := netpolicy.LoadCatalogue(abs)
+	if err != nil {
+		return nil, usageErrorf("--network-config: %v", err)
+	}
+	*path = abs
+	return cat, nil
 }

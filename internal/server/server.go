@@ -32,6 +32,7 @@ import (
 	"github.com/dsecproject/dsec/internal/edgeclient"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/metrics"
+	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/dsecproject/dsec/internal/placement"
 	"github.com/dsecproject/dsec/internal/purge"
 	"github.com/dsecproject/dsec/internal/rootfs"
@@ -66,6 +67,11 @@ type Config struct {
 	BlobSource     string
 	ChunkCache     string
 	ChunkCacheSize int64
+	// NetworkConfig is the operator's network config file (an absolute
+	// path; the keeper reads it), Network its catalogue, which the edge
+	// validates policies against; both empty for the built-in catalogue.
+	NetworkConfig string
+	Network       *netpolicy.Catalogue
 	// ChunkSize is the chunk size of lazy layers: of the chunk digests
 	// stored with LazyLayers and of the node's chunk cache (0: 1 MiB).
 	ChunkSize int64
@@ -209,8 +215,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		StateDir: cfg.StateDir, Runtime: cfg.Runtime, Self: cfg.Self, IDMap: cfg.IDMap, UIDRanges: cfg.UIDRanges,
 		CgroupParent: cfg.CgroupParent, DiskQuota: cfg.DiskQuota, WarmPool: cfg.WarmPool,
 		BlobSource: cfg.BlobSource, ChunkCache: cfg.ChunkCache, ChunkCacheSize: cfg.ChunkCacheSize,
-		ChunkSize: cfg.ChunkSize,
-		Version:   cfg.Version, Logger: log,
+		ChunkSize: cfg.ChunkSize, NetworkConfig: cfg.NetworkConfig,
+		Version: cfg.Version, Logger: log,
 		HostPidsReserve: cfg.HostPidsReserve, HostMemoryReserve: cfg.HostMemoryReserve,
 	})
 	if err != nil {
@@ -242,6 +248,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Defaults:       cfg.Defaults, MemoryOvercommit: cfg.MemoryOvercommit, MemoryReserve: cfg.MemoryReserve,
 		MetricsPerSandbox: cfg.MetricsPerSandbox, MaxRequestBytes: cfg.MaxRequestBytes,
 		MemoryBytes: ceilings.MemoryBytes, PidsCeiling: ceilings.Pids, DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
+		Network: cfg.Network,
 		Version: cfg.Version, Logger: log,
 	})
 	if err != nil {

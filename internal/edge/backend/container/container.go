@@ -53,6 +53,9 @@ type Config struct {
 	ChunkCache     string
 	ChunkCacheSize int64
 	ChunkSize      int64
+	// NetworkConfig is the operator's network config file the keeper
+	// reads (keeper.Config).
+	NetworkConfig string
 	// MaxFileBytes caps one WriteFile; default 1 GiB.
 	MaxFileBytes int64
 	// MaxTarBytes caps one tar upload or download; default 4 GiB.

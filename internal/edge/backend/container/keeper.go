@@ -18,6 +18,7 @@ func (c Config) settings() keeper.Settings {
 		HostPidsReserve: c.HostPidsReserve, HostMemoryReserve: c.HostMemoryReserve,
 		DiskQuota: c.DiskQuota, WarmPool: c.WarmPool,
 		BlobSource: c.BlobSource, ChunkCache: c.ChunkCache, ChunkCacheSize: c.ChunkCacheSize, ChunkSize: c.ChunkSize,
+		NetworkConfig: c.NetworkConfig,
 	}.Settings()
 }
 
