@@ -14,25 +14,28 @@ import (
 var nonPublic = func() []netip.Prefix {
 	var ps []netip.Prefix
 	for _, s := range []string{
-		"0.0.0.0/8",      // this network, unspecified
-		"10.0.0.0/8",     // private
-		"100.64.0.0/10",  // carrier-grade NAT
-		"127.0.0.0/8",    // loopback
-		"169.254.0.0/16", // link-local, cloud metadata
-		"172.16.0.0/12",  // private
-		"192.0.0.0/24",   // IETF protocol assignments
-		"192.168.0.0/16", // private
-		"198.18.0.0/15",  // benchmarking, fake-IP resolvers
-		"224.0.0.0/4",    // multicast
-		"240.0.0.0/4",    // reserved, broadcast
-		"::/96",          // unspecified, loopback, IPv4-compatible
-		"100::/64",       // discard
-		"fc00::/7",       // unique local
-		"fe80::/10",      // link-local
-		"fec0::/10",      // site-local (deprecated)
-		"ff00::/8",       // multicast
-		"2001:db8::/32",  // documentation, never routed
-		"64:ff9b:1::/48", // local-use NAT64
+		"0.0.0.0/8",       // this network, unspecified
+		"10.0.0.0/8",      // private
+		"100.64.0.0/10",   // carrier-grade NAT
+		"127.0.0.0/8",     // loopback
+		"169.254.0.0/16",  // link-local, cloud metadata
+		"172.16.0.0/12",   // private
+		"192.0.0.0/24",    // IETF protocol assignments
+		"192.0.2.0/24",    // documentation (TEST-NET-1)
+		"192.168.0.0/16",  // private
+		"198.18.0.0/15",   // benchmarking, fake-IP resolvers
+		"198.51.100.0/24", // documentation (TEST-NET-2)
+		"203.0.113.0/24",  // documentation (TEST-NET-3)
+		"224.0.0.0/4",     // multicast
+		"240.0.0.0/4",     // reserved, broadcast
+		"::/96",           // unspecified, loopback, IPv4-compatible
+		"100::/64",        // discard
+		"fc00::/7",        // unique local
+		"fe80::/10",       // link-local
+		"fec0::/10",       // site-local (deprecated)
+		"ff00::/8",        // multicast
+		"2001:db8::/32",   // documentation, never routed
+		"64:ff9b:1::/48",  // local-use NAT64
 	} {
 		ps = append(ps, netip.MustParsePrefix(s))
 	}

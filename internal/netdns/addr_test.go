@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/dsecproject/dsec/internal/netpolicy"
 )
 
 func TestIsPublic(t *testing.T) {
@@ -81,5 +83,28 @@ func TestCanonical(t *testing.T) {
 	long := strings.Repeat(strings.Repeat("a", 63)+".", 4) // 255 bytes without the final dot
 	if _, ok := canonical(long); ok {
 		t.Errorf("canonical of a %d-byte name: ok, want refused", len(long))
+	}
+}
+
+// TestNonPublicAgreesWithPolicy: every IPv4 address the policy holds to be
+// special (out of a user's rules' reach) is one a public name never
+// resolves to here, so the resolver does not hand out addresses the proxy
+// then refuses. (IPv6 forms that embed an IPv4 address are judged by it
+// here, and refused whole by the policy.)
+func TestNonPublicAgreesWithPolicy(t *testing.T) {
+	for _, s := range []string{
+		"0.0.0.1", "10.1.2.3", "100.64.0.1", "127.0.0.2", "169.254.169.254", "172.16.5.4", "192.0.0.9",
+		"192.0.2.99", "192.168.1.1", "198.18.0.1", "198.19.255.255", "198.51.100.7", "203.0.113.200",
+		"224.0.0.1", "239.255.255.250", "240.0.0.1", "255.255.255.255",
+	} {
+		a := netip.MustParseAddr(s)
+		class, special := netpolicy.Special(a)
+		if !special {
+			t.Errorf("netpolicy.Special(%s) = false: this test's sample is wrong", s)
+			continue
+		}
+		if isPublic(a) {
+			t.Errorf("isPublic(%s) = true, but the policy holds it %s: a public name could resolve to an address no rule reaches", s, class)
+		}
 	}
 }
