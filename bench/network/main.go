@@ -112,14 +112,13 @@ func newRate(name, unit string, s []float64) Rate {
 
 // options are the benchmark's flags.
 type options struct {
-	bin                 string
-	n, warmup           int
-	size                int64
-	rounds              int
-	sandboxes, conns    int
-	host                string
-	keep                bool
-	createOnly, netOnly bool
+	bin              string
+	n, warmup        int
+	size             int64
+	rounds           int
+	sandboxes, conns int
+	host             string
+	keep             bool
 }
 
 func main() {
