@@ -9,7 +9,7 @@ TAGS    := netgo,osusergo
 # are modules of their own; the server's go.mod points at them with replace.
 MODULES := api sdk/go
 
-.PHONY: help build test test-modules test-root test-all lint fmt gen check-gen fresh-build bench density bench-fusion bench-pack bench-layers bench-lazy bench-cli clean
+.PHONY: help build test test-modules test-root test-all lint fmt gen check-gen fresh-build bench density bench-fusion bench-pack bench-layers bench-lazy bench-cli bench-network clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -95,6 +95,13 @@ CLI_FLAGS ?=
 
 bench-cli: build ## dsec exec ID -- true (a new CLI process) vs the Go SDK's Exec round trip, taking turns: JSON, table, target
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/cli -json bin/bench-cli.json -base $(CURDIR)/bin/dsec-node $(CLI_FLAGS)
+
+# Extra flags of bench-network, e.g. make bench-network NETWORK_FLAGS='-n 50 -rounds 9'.
+NETWORK_FLAGS ?=
+
+bench-network: build ## issue 14 (root): create with/without network, 1 GiB through the proxy vs direct, connection rates: JSON, table, targets
+	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -ldflags '-linkmode external -extldflags -static' -o bin/bench-network ./bench/network
+	DSEC_BIN=$(CURDIR)/bin/dsec bin/bench-network -json bin/bench-network.json $(NETWORK_FLAGS)
 
 .PHONY: lazyspike
 LAZYSPIKE_FLAGS ?=

@@ -587,3 +587,30 @@ func BenchmarkAttachDetach(b *testing.B) {
 		}
 	}
 }
+
+// TestLinkMTU: both ends of a sandbox's link have the large MTU, so a
+// sandbox's TCP to the proxy moves 64 KiB segments, not 1,500-byte ones.
+func TestLinkMTU(t *testing.T) {
+	dir := setup(t)
+	r := open(t, dir, netip.Prefix{})
+	path := sandboxNS(t, dir, "sb")
+	l, err := r.Attach("sandbox-mtu", path)
+	if err != nil {
+		t.Fatalf("Attach = %v", err)
+	}
+	router, err := r.h.LinkByName(l.RouterName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handleAt(t, path)
+	defer h.Close()
+	eth, err := h.LinkByName(SandboxIfName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []netlink.Link{router, eth} {
+		if got := l.Attrs().MTU; got != LinkMTU {
+			t.Errorf("%s: MTU %d, want %d", l.Attrs().Name, got, LinkMTU)
+		}
+	}
+}
