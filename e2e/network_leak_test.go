@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,15 +50,18 @@ type netFootprint struct {
 	routerAddrs []string           // addresses in the router namespace
 	nft         []string           // chains with their rule counts, sets with their element counts
 	nsMounts    []string           // nsfs mounts of the keeper and of this process under the state dir
-	keeperFds   []string           // the keeper's descriptors by kind, but its API's connections
+	keeperFds   []string           // the keeper's descriptors by kind, but its API's connections and pipes
 	apiConns    int                // the keeper's unix sockets: its API's connections (the edge keeps some open)
+	pipes       int                // the keeper's pipes: Go keeps a pool of them for splice, freed by the GC
 	node        keeper.NodeNetwork // the keeper's proxy and resolver state
 }
 
 // keeperFds lists the keeper's descriptors by what they are (sockets by
 // kind, files by path), but its unix sockets (the API's listener and
-// connections, which the edge keeps open as it likes), which it counts.
-func keeperFds(t *testing.T, pid int) (fds []string, unix int) {
+// connections, which the edge keeps open as it likes) and its pipes (the
+// proxy's splices take them from Go's pool, which the GC empties), which
+// it counts.
+func keeperFds(t *testing.T, pid int) (fds []string, unix, pipes int) {
 	t.Helper()
 	dir := filepath.Join("/proc", strconv.Itoa(pid))
 	unixInodes := map[string]bool{}
@@ -81,13 +85,17 @@ func keeperFds(t *testing.T, pid int) (fds []string, unix int) {
 			unix++
 			continue
 		}
+		if strings.HasPrefix(target, "pipe:[") {
+			pipes++
+			continue
+		}
 		if strings.HasPrefix(target, "socket:[") {
 			target = "socket (not unix)"
 		}
 		fds = append(fds, target)
 	}
 	slices.Sort(fds)
-	return fds, unix
+	return fds, unix, pipes
 }
 
 func footprintOf(t *testing.T, p *platform, kc *keeper.Client, keeperPid int) netFootprint {
@@ -161,7 +169,7 @@ func footprintOf(t *testing.T, p *platform, kc *keeper.Client, keeperPid int) ne
 			}
 		}
 	}
-	f.keeperFds, f.apiConns = keeperFds(t, keeperPid)
+	f.keeperFds, f.apiConns, f.pipes = keeperFds(t, keeperPid)
 	if f.node, err = kc.NodeNetwork(ctxT(t)); err != nil {
 		t.Fatalf("NodeNetwork: %v", err)
 	}
@@ -247,7 +255,7 @@ func TestNetworkLeak(t *testing.T) {
 			t.Fatalf("item %d: %v", r.Index, r.Err)
 		}
 		ids = append(ids, r.Sandbox.ID)
-		if _, err := r.Sandbox.Shell(ctx, fmt.Sprintf("(sleep 1000 | nc %s %d >/dev/null 2>&1 &); echo ok", hostAddr, echo.port)); err != nil {
+		if _, err := r.Sandbox.Shell(ctx, fmt.Sprintf("(sleep 1000 2>/dev/null | nc %s %d >/dev/null 2>&1 &); echo ok", hostAddr, echo.port)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -308,7 +316,22 @@ func TestNetworkLeak(t *testing.T) {
 	if after.node.ConnsOut != before.node.ConnsOut+holders {
 		t.Errorf("NodeNetwork after the deletes = %+v: the deleted sandboxes' %d connections are not in its totals", after.node, holders)
 	}
+	// /metrics shows the node's totals, the deleted sandboxes' included.
+	resp, err := http.Get(p.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("dsec_net_connections_total{backend=\"container\"} %d\n", after.node.ConnsOut); !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %q", want)
+	}
 	check("keeper's descriptors", after.keeperFds, before.keeperFds)
+	// Go's splice keeps a pipe pair per direction of a connection in a
+	// pool until the GC: at most four descriptors per held connection.
+	if after.pipes > before.pipes+4*holders {
+		t.Errorf("the keeper has %d pipes after deleting %d networked sandboxes, %d before", after.pipes, len(ids), before.pipes)
+	}
 	// The edge's idle connections to the keeper: about one per
 	// concurrent delete and a few of its own (streams, other calls); a
 	// socket per sandbox would be hundreds.
