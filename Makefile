@@ -9,7 +9,7 @@ TAGS    := netgo,osusergo
 # are modules of their own; the server's go.mod points at them with replace.
 MODULES := api sdk/go
 
-.PHONY: help build test test-modules test-root test-all lint fmt gen check-gen fresh-build bench density bench-fusion bench-pack bench-layers bench-lazy bench-cli bench-network clean
+.PHONY: help build test test-modules test-root test-all lint fmt gen check-gen fresh-build bench density net-leak bench-fusion bench-pack bench-layers bench-lazy bench-cli bench-network clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -68,6 +68,9 @@ bench: build ## dsec vs raw crun/runc and docker, interleaved: JSON, table, targ
 
 density: build ## density drill: 3,200 idle sandboxes, exec in each, none lost, clean removal
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/density -json bin/density.json $(DENSITY_FLAGS)
+
+net-leak: build ## the network cleanup check at the issue's size: 1,000 sandboxes with network made and deleted, nothing left (root; CI runs 200)
+	DSEC_BIN=$(CURDIR)/bin/dsec DSEC_NET_LEAK_N=1000 $(GO) test -count=1 -v -run TestNetworkLeak ./e2e/
 
 bench-fusion: build ## SandboxFusion run_code: HumanEval problems/s at concurrency 1, 2, 4, 8 (JSON, table)
 	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/fusion -json bin/bench-fusion.json

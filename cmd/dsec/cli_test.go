@@ -197,6 +197,10 @@ func (f *fakeAPI) ListExecs(_ context.Context, req *connect.Request[sandboxv1.Li
 
 func (f *fakeAPI) Stats(_ context.Context, req *connect.Request[sandboxv1.StatsRequest]) (*connect.Response[sandboxv1.StatsResponse], error) {
 	f.record(req.Msg)
+	if req.Msg.GetId() == netSbID {
+		return connect.NewResponse(&sandboxv1.StatsResponse{CpuUsage: durationpb.New(time.Second), CpusLimit: 1, MemoryLimit: 512 << 20,
+			NetBytesIn: 2 << 20, NetBytesOut: 512 << 10, NetConnectionsOut: 9, NetDenied: 4}), nil
+	}
 	if req.Msg.GetId() != sbID {
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("sandbox "+req.Msg.GetId()+": not found"))
 	}

@@ -178,6 +178,7 @@ func statsJSON(r statsRow) (json.RawMessage, error) {
 		CpuUsage: durationpb.New(r.CPU), CpusLimit: r.CPUs, MemoryBytes: r.Memory, MemoryLimit: r.MemoryLimit,
 		Pids: r.Pids, PidsLimit: r.PidsLimit, DiskBytes: r.Disk, DiskLimit: r.DiskLimit, OomKills: r.OOMKills,
 		OutputBytes: r.Output, OutputLimit: r.OutputLimit,
+		NetBytesOut: r.NetOut, NetBytesIn: r.NetIn, NetConnectionsOut: r.NetConnections, NetDenied: r.NetDenied,
 	})
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -25,7 +26,10 @@ type statsRow struct {
 	// CPUPercent is the share of its CPU cap used over the sample, when
 	// sampled.
 	CPUPercent *float64 `json:",omitempty"`
-	err        error
+	// Networked is set for a sandbox with a network policy (not none):
+	// its row shows the network columns.
+	Networked bool `json:"-"`
+	err       error
 }
 
 func newStatsCmd(g *globalFlags) *cobra.Command {
@@ -48,6 +52,13 @@ func newStatsCmd(g *globalFlags) *cobra.Command {
   PIDS     processes and threads / the limit
   DISK     writable layer in use / its size
   OUTPUT   exec output kept for the sandbox / its quota
+
+When a sandbox has a network (dsec run --network), also:
+
+  NET IN / OUT  bytes received and sent through the node's egress proxy
+  CONNS         connections it made
+  DENIED        connections and name lookups refused (dsec net log ID says
+                which and why)
 
 Sizes are in powers of 1024 (512M = 512 MiB).`,
 		Example: `  dsec stats
@@ -74,6 +85,7 @@ Sizes are in powers of 1024 (512M = 512 MiB).`,
 			defer c.Close()
 			ctx := cmd.Context()
 			ids, named := args, len(args) > 0
+			networked := map[string]bool{}
 			if !named {
 				sbs, err := c.List(ctx, sel)
 				if err != nil {
@@ -82,12 +94,18 @@ Sizes are in powers of 1024 (512M = 512 MiB).`,
 				for _, sb := range sbs {
 					if sb.State == dsec.StateRunning || sb.State == dsec.StatePaused {
 						ids = append(ids, sb.ID)
+						networked[sb.ID] = hasNetwork(sb.NetworkPolicy)
 					}
 				}
+			} else {
+				networked = networkedOf(ctx, c, ids)
 			}
 			rows, err := collectStats(ctx, c, ids, sample)
 			if err != nil {
 				return err
+			}
+			for i := range rows {
+				rows[i].Networked = networked[rows[i].ID]
 			}
 			failed := 0
 			kept := rows[:0]
@@ -174,6 +192,33 @@ func collectStats(ctx context.Context, c *dsec.Client, ids []string, sample time
 	return rows, nil
 }
 
+// hasNetwork reports whether p gives a sandbox a network.
+func hasNetwork(p *dsec.NetworkPolicy) bool {
+	return p != nil && p.Mode != "" && p.Mode != "none"
+}
+
+// networkedOf reports which of ids have a network. A sandbox that cannot
+// be read is reported as without one (its stats say why).
+func networkedOf(ctx context.Context, c *dsec.Client, ids []string) map[string]bool {
+	has := make([]bool, len(ids))
+	var eg errgroup.Group
+	eg.SetLimit(16)
+	for i, id := range ids {
+		eg.Go(func() error {
+			if sb, err := c.Get(ctx, id); err == nil {
+				has[i] = hasNetwork(sb.NetworkPolicy)
+			}
+			return nil
+		})
+	}
+	_ = eg.Wait()
+	out := make(map[string]bool, len(ids))
+	for i, id := range ids {
+		out[id] = has[i]
+	}
+	return out
+}
+
 func printStats(w io.Writer, output string, rows []statsRow, sampled bool) error {
 	if output == "json" {
 		js := make([]json.RawMessage, 0, len(rows))
@@ -187,7 +232,12 @@ func printStats(w io.Writer, output string, rows []statsRow, sampled bool) error
 		return encodeJSON(w, js)
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCPU\tMEM / LIMIT\tPIDS / LIMIT\tDISK / LIMIT\tOUTPUT")
+	net := slices.ContainsFunc(rows, func(r statsRow) bool { return r.Networked })
+	head := "ID\tCPU\tMEM / LIMIT\tPIDS / LIMIT\tDISK / LIMIT\tOUTPUT"
+	if net {
+		head += "\tNET IN / OUT\tCONNS\tDENIED"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range rows {
 		cpu := fmt.Sprintf("%.2fs", r.CPU.Seconds())
 		if r.CPUPercent != nil {
@@ -199,8 +249,15 @@ func printStats(w io.Writer, output string, rows []statsRow, sampled bool) error
 		if r.OOMKills > 0 {
 			mem += fmt.Sprintf(" (%d OOM)", r.OOMKills)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d / %d\t%s / %s\t%s / %s\n", r.ID, cpu, mem, r.Pids, r.PidsLimit,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d / %d\t%s / %s\t%s / %s", r.ID, cpu, mem, r.Pids, r.PidsLimit,
 			dsec.FormatSize(r.Disk), dsec.FormatSize(r.DiskLimit), dsec.FormatSize(r.Output), dsec.FormatSize(r.OutputLimit))
+		switch {
+		case net && r.Networked:
+			fmt.Fprintf(tw, "\t%s / %s\t%d\t%d", dsec.FormatSize(r.NetIn), dsec.FormatSize(r.NetOut), r.NetConnections, r.NetDenied)
+		case net:
+			fmt.Fprint(tw, "\t-\t-\t-")
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

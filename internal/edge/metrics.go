@@ -2,9 +2,13 @@ package edge
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
 // collector reports the node's sandboxes to Prometheus at scrape time.
@@ -40,10 +44,52 @@ var (
 	descMemLimit = prometheus.NewDesc("dsec_sandbox_memory_limit_bytes", "Memory limit of a sandbox (dsec up --metrics-per-sandbox).", []string{"sandbox", "project"}, nil)
 )
 
+// netSeries are the network counters, aggregated over the node by backend
+// (from one call, sandbox.NetworkTotaler: deleted sandboxes' counts stay in
+// them) and, with MetricsPerSandbox, per sandbox with a network.
+type netSeries struct {
+	agg, per *prometheus.Desc
+	kind     prometheus.ValueType
+	node     func(sandbox.NetworkTotals) int64
+	sandbox  func(sandbox.NetworkInfo) int64
+}
+
+func netDesc(name, help string, kind prometheus.ValueType, node func(sandbox.NetworkTotals) int64, sb func(sandbox.NetworkInfo) int64) netSeries {
+	s := netSeries{kind: kind, node: node, sandbox: sb}
+	s.agg = prometheus.NewDesc("dsec_net_"+name, help+", on this node, by backend.", []string{"backend"}, nil)
+	if sb != nil {
+		s.per = prometheus.NewDesc("dsec_net_sandbox_"+name, help+", per sandbox (dsec up --metrics-per-sandbox).", []string{"sandbox", "project"}, nil)
+	}
+	return s
+}
+
+var netSeriesAll = []netSeries{
+	netDesc("bytes_out_total", "Bytes the sandboxes sent through the egress proxy", prometheus.CounterValue,
+		func(t sandbox.NetworkTotals) int64 { return t.BytesOut }, func(i sandbox.NetworkInfo) int64 { return i.BytesOut }),
+	netDesc("bytes_in_total", "Bytes the sandboxes received through the egress proxy", prometheus.CounterValue,
+		func(t sandbox.NetworkTotals) int64 { return t.BytesIn }, func(i sandbox.NetworkInfo) int64 { return i.BytesIn }),
+	netDesc("connections_total", "Connections the egress proxy let the sandboxes make", prometheus.CounterValue,
+		func(t sandbox.NetworkTotals) int64 { return t.ConnsOut }, func(i sandbox.NetworkInfo) int64 { return i.ConnsOut }),
+	netDesc("connections_active", "Connections of the sandboxes open now", prometheus.GaugeValue,
+		func(t sandbox.NetworkTotals) int64 { return t.ConnsActive }, func(i sandbox.NetworkInfo) int64 { return i.ConnsActive }),
+	netDesc("denied_total", "Connections of the sandboxes refused (by policy or by a budget)", prometheus.CounterValue,
+		func(t sandbox.NetworkTotals) int64 { return t.Denied }, func(i sandbox.NetworkInfo) int64 { return i.Denied }),
+	netDesc("dns_queries_total", "DNS queries the node resolver answered for the sandboxes", prometheus.CounterValue,
+		func(t sandbox.NetworkTotals) int64 { return t.DNSQueries }, func(i sandbox.NetworkInfo) int64 { return i.DNSQueries }),
+	netDesc("dns_denied_total", "Names the node resolver refused the sandboxes (NXDOMAIN by policy)", prometheus.CounterValue,
+		func(t sandbox.NetworkTotals) int64 { return t.DNSDenied }, func(i sandbox.NetworkInfo) int64 { return i.DNSDenied }),
+}
+
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ds := []*prometheus.Desc{descSandboxes, descAggCPU, descAggCPULimit, descAggMem, descAggMemLimit, descMemCommitted, descMemCapacity, descDiskCommitted}
 	if c.e.cfg.MetricsPerSandbox {
 		ds = append(ds, descCPU, descCPULimit, descMem, descMemLimit)
+	}
+	for _, s := range netSeriesAll {
+		ds = append(ds, s.agg)
+		if c.e.cfg.MetricsPerSandbox && s.per != nil {
+			ds = append(ds, s.per)
+		}
 	}
 	for _, d := range ds {
 		ch <- d
@@ -96,6 +142,26 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descCPULimit, prometheus.GaugeValue, r.Resources.CPUs, r.ID, r.Project)
 			ch <- prometheus.MustNewConstMetric(descMem, prometheus.GaugeValue, float64(st.MemoryBytes), r.ID, r.Project)
 			ch <- prometheus.MustNewConstMetric(descMemLimit, prometheus.GaugeValue, float64(r.Resources.MemoryBytes), r.ID, r.Project)
+			if needsLink(r.Network) {
+				info := c.e.networkCounters(ctx, r)
+				for _, s := range netSeriesAll {
+					ch <- prometheus.MustNewConstMetric(s.per, s.kind, float64(s.sandbox(info)), r.ID, r.Project)
+				}
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.e.cfg.Backends)) {
+		nt, ok := c.e.cfg.Backends[name].(sandbox.NetworkTotaler)
+		if !ok {
+			continue
+		}
+		t, err := nt.NetworkTotals(ctx)
+		if err != nil {
+			// A keeper without networks (an older protocol): no series.
+			continue
+		}
+		for _, s := range netSeriesAll {
+			ch <- prometheus.MustNewConstMetric(s.agg, s.kind, float64(s.node(t)), name)
 		}
 	}
 	for k, u := range uses {

@@ -132,3 +132,82 @@ func TestMetricsAdmission(t *testing.T) {
 		t.Errorf("/metrics after every sandbox was deleted:\n%s", out)
 	}
 }
+
+// netStatsBackend also reports networks: the node's totals in one call, and
+// each sandbox's counters.
+type netStatsBackend struct{ statsBackend }
+
+func (netStatsBackend) NetworkTotals(context.Context) (sandbox.NetworkTotals, error) {
+	return sandbox.NetworkTotals{BytesOut: 1000, BytesIn: 2000, ConnsOut: 7, ConnsActive: 2, Denied: 3, DNSQueries: 11, DNSDenied: 4}, nil
+}
+
+func (netStatsBackend) SetNetwork(context.Context, string, []byte) (sandbox.NetworkInfo, error) {
+	return sandbox.NetworkInfo{}, nil
+}
+
+func (netStatsBackend) Network(_ context.Context, id string) (sandbox.NetworkInfo, error) {
+	return sandbox.NetworkInfo{BytesOut: 10, BytesIn: 20, ConnsOut: 1, Denied: 5, DNSQueries: 6, DNSDenied: 2}, nil
+}
+
+// scrapeNet returns what /metrics shows of an edge whose backend has
+// networks, holding a running sandbox with a network and one without.
+func scrapeNet(t *testing.T, perSandbox bool) string {
+	t.Helper()
+	st, err := openStore(filepath.Join(t.TempDir(), "edge.db"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.close() })
+	for _, r := range []*Record{
+		{ID: "n-nnnnnnnnnnn1", Project: "alpha", Backend: "container", State: StateRunning, Network: []byte(`{"mode":"open"}`)},
+		{ID: "n-nnnnnnnnnnn2", Project: "alpha", Backend: "container", State: StateRunning},
+	} {
+		if err := st.insert(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &Edge{store: st, cfg: Config{
+		DefaultBackend: "container", MetricsPerSandbox: perSandbox,
+		Backends: map[string]sandbox.Backend{"container": netStatsBackend{}},
+	}}
+	return gather(t, e)
+}
+
+// TestMetricsNetwork: /metrics has the node's network counters, from the
+// backend's totals, and no sandbox's unless --metrics-per-sandbox, which
+// adds series for the sandboxes with a network only.
+func TestMetricsNetwork(t *testing.T) {
+	out := scrapeNet(t, false)
+	for _, want := range []string{
+		"dsec_net_bytes_out_total backend=container 1000\n",
+		"dsec_net_bytes_in_total backend=container 2000\n",
+		"dsec_net_connections_total backend=container 7\n",
+		"dsec_net_connections_active backend=container 2\n",
+		"dsec_net_denied_total backend=container 3\n",
+		"dsec_net_dns_queries_total backend=container 11\n",
+		"dsec_net_dns_denied_total backend=container 4\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "n-nnnnnnnnnnn") || strings.Contains(out, "dsec_net_sandbox_") {
+		t.Errorf("/metrics without --metrics-per-sandbox names sandboxes:\n%s", out)
+	}
+
+	out = scrapeNet(t, true)
+	for _, want := range []string{
+		"dsec_net_sandbox_bytes_out_total project=alpha sandbox=n-nnnnnnnnnnn1 10\n",
+		"dsec_net_sandbox_bytes_in_total project=alpha sandbox=n-nnnnnnnnnnn1 20\n",
+		"dsec_net_sandbox_denied_total project=alpha sandbox=n-nnnnnnnnnnn1 5\n",
+		"dsec_net_sandbox_dns_denied_total project=alpha sandbox=n-nnnnnnnnnnn1 2\n",
+		"dsec_net_bytes_out_total backend=container 1000\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("/metrics with --metrics-per-sandbox lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "dsec_net_sandbox_bytes_out_total project=alpha sandbox=n-nnnnnnnnnnn2") {
+		t.Errorf("/metrics has network series of a sandbox without network:\n%s", out)
+	}
+}

@@ -51,7 +51,9 @@ import (
 //	   and run the command unsealed, outside any session.
 //	5: sandbox networks (PUT, GET and DELETE /v1/network; NetworkRequest,
 //	   NetworkInfo; SandboxInfo.Network). A client sends them only to a
-//	   keeper of protocol 5 or later.
+//	   keeper of protocol 5 or later. Also GET /v1/network/node
+//	   (NodeNetwork: the node's totals, for /metrics), added before
+//	   protocol 5 was released, so it does not raise the protocol.
 const Protocol = 5
 
 // MinProtocol is the oldest client protocol a keeper of this package serves.
@@ -407,6 +409,28 @@ type NetworkInfo struct {
 	// Denials are the most recent denied attempts, oldest first (at most
 	// 64 kept).
 	Denials []Denial `json:"denials,omitempty"`
+}
+
+// NodeNetwork is the node's network as a whole (protocol 5): the reply of
+// GET /v1/network/node. The counters add up every sandbox's since the
+// keeper opened the node's network, deleted sandboxes' included, so they
+// only grow while the keeper runs (a new keeper starts again from zero);
+// ConnsActive is the connections open now. A node that has not opened
+// its network (no sandbox was given one) answers zeros.
+type NodeNetwork struct {
+	BytesOut    int64 `json:"bytes_out"`
+	BytesIn     int64 `json:"bytes_in"`
+	ConnsOut    int64 `json:"conns_out"`
+	ConnsActive int64 `json:"conns_active"`
+	Denied      int64 `json:"denied"`
+	DNSQueries  int64 `json:"dns_queries"`
+	DNSDenied   int64 `json:"dns_denied"`
+	// Links are the sandboxes' links in the router namespace;
+	// ProxySandboxes and ResolverSandboxes the sandboxes the proxy and
+	// the node resolver keep state for (a deleted sandbox leaves none).
+	Links             int `json:"links"`
+	ProxySandboxes    int `json:"proxy_sandboxes"`
+	ResolverSandboxes int `json:"resolver_sandboxes"`
 }
 
 // Denial is one denied connection or name lookup.

@@ -152,6 +152,14 @@ func (c *Client) Network(ctx context.Context, id string) (NetworkInfo, error) {
 	return info, err
 }
 
+// NodeNetwork reports the node's network totals and what it holds
+// (protocol 5).
+func (c *Client) NodeNetwork(ctx context.Context) (NodeNetwork, error) {
+	var nn NodeNetwork
+	err := c.call(ctx, http.MethodGet, "/v1/network/node", nil, nil, &nn)
+	return nn, err
+}
+
 // DeleteNetwork removes sandbox id's link: it keeps loopback only
 // (protocol 5).
 func (c *Client) DeleteNetwork(ctx context.Context, id string) error {

@@ -307,6 +307,20 @@ func (k *Keeper) network(id string) (NetworkInfo, error) {
 	return info, nil
 }
 
+// nodeNetwork reports the node's network totals (GET /v1/network/node).
+func (k *Keeper) nodeNetwork() NodeNetwork {
+	n := k.openedNode()
+	if n == nil {
+		return NodeNetwork{}
+	}
+	t := n.Totals()
+	return NodeNetwork{
+		BytesOut: t.BytesOut, BytesIn: t.BytesIn, ConnsOut: t.ConnsOut, ConnsActive: t.ConnsActive,
+		Denied: t.Denied, DNSQueries: t.DNSQueries, DNSDenied: t.DNSDenied,
+		Links: t.Links, ProxySandboxes: t.ProxySandboxes, ResolverSandboxes: t.ResolverSandboxes,
+	}
+}
+
 // deleteNetwork removes sandbox id's link (DELETE /v1/network): it keeps
 // loopback only.
 func (k *Keeper) deleteNetwork(id string) error {

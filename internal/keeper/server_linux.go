@@ -150,6 +150,9 @@ func (k *Keeper) handler(stop func()) http.Handler {
 		info, err := k.network(r.URL.Query().Get("sandbox"))
 		reply(w, info, err)
 	})
+	mux.HandleFunc("GET /v1/network/node", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, k.nodeNetwork(), nil)
+	})
 	mux.HandleFunc("DELETE /v1/network", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, k.deleteNetwork(r.URL.Query().Get("sandbox")))
 	})

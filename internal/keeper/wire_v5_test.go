@@ -27,6 +27,8 @@ var v5Messages = map[string]any{
 	},
 	"sandboxinfo.network.json": SandboxInfo{ID: "n1-abc", State: StateRunning, Pid: 4242, StartTime: 99,
 		Created: time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC), Network: json.RawMessage(`{"version":1,"mode":"open"}`)},
+	"nodenetwork.reply.json": NodeNetwork{BytesOut: 10 << 20, BytesIn: 3 << 30, ConnsOut: 812, ConnsActive: 4, Denied: 37, DNSQueries: 2048, DNSDenied: 12,
+		Links: 120, ProxySandboxes: 120, ResolverSandboxes: 95},
 	"settings.network.json": Settings{Runtime: "/usr/bin/crun", CgroupParent: "dsec", NetworkConfig: "/etc/dsec/network.toml"},
 }
 

@@ -288,6 +288,14 @@ func (r *Resolver) Forget(sandbox string) {
 	r.mu.Unlock()
 }
 
+// Sandboxes returns how many sandboxes the resolver keeps state (a budget,
+// Resolved records) for.
+func (r *Resolver) Sandboxes() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sandboxes)
+}
+
 // state returns the sandbox's state, made on its first query.
 func (r *Resolver) state(id string) *sandboxState {
 	r.mu.Lock()

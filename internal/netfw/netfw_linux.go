@@ -3,6 +3,7 @@ package netfw
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/google/nftables"
@@ -104,6 +105,31 @@ func Install(nsFd int, cfg Config) error {
 
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("router firewall: install table: %w", err)
+	}
+	return nil
+}
+
+// Forget drops source address a from the per-source meters of the table in
+// the namespace nsFd, so that a sandbox's deleted link leaves nothing in
+// the firewall (the next sandbox given the address starts with a full
+// budget). An address the meters do not hold is no error.
+func Forget(nsFd int, a netip.Addr) error {
+	c, err := nftables.New(nftables.WithNetNSFd(nsFd))
+	if err != nil {
+		return fmt.Errorf("router firewall: nftables: %w", err)
+	}
+	t := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+	key := a.Unmap().AsSlice()
+	for _, name := range []string{dnsMeter, connMeter} {
+		set := &nftables.Set{Table: t, Name: name, KeyType: nftables.TypeIPAddr}
+		if err := c.SetDeleteElements(set, []nftables.SetElement{{Key: key}}); err != nil {
+			return fmt.Errorf("router firewall: forget %s in %s: %w", a, name, err)
+		}
+		// One batch per set: deleting an element a set does not hold
+		// fails its whole batch.
+		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("router firewall: forget %s in %s: %w", a, name, err)
+		}
 	}
 	return nil
 }

@@ -2,7 +2,10 @@
 
 package netfw
 
-import "errors"
+import (
+	"errors"
+	"net/netip"
+)
 
 // Install returns errors.ErrUnsupported off Linux.
 func Install(nsFd int, cfg Config) error { return errors.ErrUnsupported }
@@ -12,3 +15,6 @@ func Remove(nsFd int) error { return errors.ErrUnsupported }
 
 // Installed returns errors.ErrUnsupported off Linux.
 func Installed(nsFd int) (bool, error) { return false, errors.ErrUnsupported }
+
+// Forget is not supported off Linux.
+func Forget(nsFd int, a netip.Addr) error { return errors.ErrUnsupported }

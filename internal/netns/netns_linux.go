@@ -472,6 +472,24 @@ func (r *Router) Detach(id string) error {
 	return nil
 }
 
+// Link returns sandbox id's link.
+func (r *Router) Link(id string) (Link, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.links[id]
+	if !ok {
+		return Link{}, false
+	}
+	return r.link(id, rec.name, rec.slot), true
+}
+
+// Count returns how many links the router has.
+func (r *Router) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.links)
+}
+
 // Links returns the links attached now, ordered by router address.
 func (r *Router) Links() []Link {
 	r.mu.Lock()

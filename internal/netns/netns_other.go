@@ -22,6 +22,12 @@ func (r *Router) AttachFd(id string, fd int) (Link, error) { return Link{}, erro
 // Detach returns errors.ErrUnsupported off Linux.
 func (r *Router) Detach(id string) error { return errors.ErrUnsupported }
 
+// Link returns no link off Linux.
+func (r *Router) Link(id string) (Link, bool) { return Link{}, false }
+
+// Count returns 0 off Linux.
+func (r *Router) Count() int { return 0 }
+
 // Links returns nil off Linux.
 func (r *Router) Links() []Link { return nil }
 

@@ -234,13 +234,20 @@ func (n *Node) SetPolicy(id string, pol *netpolicy.Policy) (int, error) {
 }
 
 // Link returns sandbox id's link.
-func (n *Node) Link(id string) (netns.Link, bool) {
-	for _, l := range n.router.Links() {
-		if l.ID == id {
-			return l, true
-		}
-	}
-	return netns.Link{}, false
+func (n *Node) Link(id string) (netns.Link, bool) { return n.router.Link(id) }
+
+// Totals are the node's network counters (netproxy's Totals) and what it
+// holds: links, sandboxes in the proxy and in the resolver.
+type Totals struct {
+	Stats
+	Links, ProxySandboxes, ResolverSandboxes int
+}
+
+// Totals returns the node's counters, added up over every sandbox since
+// the node opened, and what it holds now.
+func (n *Node) Totals() Totals {
+	st, sbs := n.proxy.Totals()
+	return Totals{Stats: st, Links: n.router.Count(), ProxySandboxes: sbs, ResolverSandboxes: n.res.Sandboxes()}
 }
 
 // Stats returns sandbox id's counters.
@@ -251,14 +258,22 @@ func (n *Node) Stats(id string) (Stats, bool) { return n.proxy.Stats(id) }
 func (n *Node) Detach(id string) error {
 	n.proxy.Remove(id)
 	n.res.Forget(id)
-	if _, ok := n.Link(id); !ok {
+	l, ok := n.Link(id)
+	if !ok {
 		return nil
 	}
 	err := n.router.Detach(id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// After the link: no packet from the address can meter it again.
+	if err := netfw.Forget(n.router.NSFd(), l.SandboxAddr); err != nil {
+		n.log.Warn("forget a deleted link's address in the firewall's meters", "sandbox", id, "err", err)
+	}
+	return nil
 }
 
 // Sweep removes the links (and the proxy's state) of sandboxes keep does

@@ -112,6 +112,9 @@ type Proxy struct {
 	// guarded by mu
 	byAddr map[netip.Addr]*sandbox
 	byID   map[string]*sandbox
+	// retired are the counters of the sandboxes removed, so that the
+	// node's totals never go down.
+	retired Stats
 }
 
 // New returns a proxy with no sandboxes: it refuses every connection
@@ -219,6 +222,7 @@ func (p *Proxy) Remove(id string) {
 		if p.byAddr[sb.addr] == sb {
 			delete(p.byAddr, sb.addr)
 		}
+		sb.addTo(&p.retired)
 	}
 	p.mu.Unlock()
 	if sb == nil {
@@ -254,6 +258,31 @@ func (p *Proxy) Stats(id string) (Stats, bool) {
 	}
 	sb.mu.Unlock()
 	return st, true
+}
+
+// Totals are the node's counters: those of every sandbox registered since
+// the proxy started, the removed ones included (ConnsActive counts the
+// open connections only), and how many sandboxes it holds now.
+func (p *Proxy) Totals() (st Stats, sandboxes int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st = p.retired
+	st.ConnsActive = 0
+	for _, sb := range p.byID {
+		sb.addTo(&st)
+		st.ConnsActive += sb.active.Load()
+	}
+	return st, len(p.byID)
+}
+
+// addTo adds sb's counters but the open connections to st.
+func (sb *sandbox) addTo(st *Stats) {
+	st.BytesOut += sb.bytesOut.Load()
+	st.BytesIn += sb.bytesIn.Load()
+	st.ConnsOut += sb.connsOut.Load()
+	st.Denied += sb.denied.Load()
+	st.DNSQueries += sb.dnsQueries.Load()
+	st.DNSDenied += sb.dnsDenied.Load()
 }
 
 func (p *Proxy) bySource(a netip.Addr) *sandbox {

@@ -20,6 +20,22 @@ type NetworkPolicer interface {
 	Network(ctx context.Context, id string) (NetworkInfo, error)
 }
 
+// NetworkTotaler is the optional capability of reporting the node's
+// network counters as a whole, in one call, for /metrics.
+type NetworkTotaler interface {
+	NetworkTotals(ctx context.Context) (NetworkTotals, error)
+}
+
+// NetworkTotals are the node's network counters, added up over every
+// sandbox given a network since the node's network opened (deleted ones
+// included); ConnsActive is the connections open now.
+type NetworkTotals struct {
+	BytesOut, BytesIn     int64
+	ConnsOut, ConnsActive int64
+	Denied                int64
+	DNSQueries, DNSDenied int64
+}
+
 // NetworkInfo is a sandbox's network as the node enforces it.
 type NetworkInfo struct {
 	// Policy is the JSON document in force; empty without network.

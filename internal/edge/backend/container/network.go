@@ -9,7 +9,10 @@ import (
 	"github.com/dsecproject/dsec/internal/sandbox"
 )
 
-var _ sandbox.NetworkPolicer = (*Backend)(nil)
+var (
+	_ sandbox.NetworkPolicer = (*Backend)(nil)
+	_ sandbox.NetworkTotaler = (*Backend)(nil)
+)
 
 // networkProtocol is the first keeper protocol with sandbox networks.
 const networkProtocol = 5
@@ -30,6 +33,22 @@ func (b *Backend) Network(ctx context.Context, id string) (sandbox.NetworkInfo, 
 	}
 	info, err := b.keeper.Network(ctx, id)
 	return fromKeeperNetwork(info), err
+}
+
+// NetworkTotals implements sandbox.NetworkTotaler: one keeper call for the
+// whole node.
+func (b *Backend) NetworkTotals(ctx context.Context) (sandbox.NetworkTotals, error) {
+	if err := b.checkNetworkProtocol(ctx); err != nil {
+		return sandbox.NetworkTotals{}, err
+	}
+	n, err := b.keeper.NodeNetwork(ctx)
+	if err != nil {
+		return sandbox.NetworkTotals{}, err
+	}
+	return sandbox.NetworkTotals{
+		BytesOut: n.BytesOut, BytesIn: n.BytesIn, ConnsOut: n.ConnsOut, ConnsActive: n.ConnsActive,
+		Denied: n.Denied, DNSQueries: n.DNSQueries, DNSDenied: n.DNSDenied,
+	}, nil
 }
 
 // checkNetworkProtocol refuses network calls to a keeper that has none: an
