@@ -12,3 +12,6 @@ func Remove(nsFd int) error { return errors.ErrUnsupported }
 
 // Installed returns errors.ErrUnsupported off Linux.
 func Installed(nsFd int) (bool, error) { return false, errors.ErrUnsupported }
+
+// Route returns errors.ErrUnsupported off Linux.
+func Route(nsFd int) error { return errors.ErrUnsupported }
