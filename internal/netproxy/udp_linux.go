@@ -83,6 +83,7 @@ type udpRelay struct {
 	// there serves it).
 	mk    chan mkReq
 	flows atomic.Int64 // the node's
+	wg    sync.WaitGroup // the flows' goroutines
 
 	mu sync.Mutex
 	// guarded by mu
@@ -110,6 +111,7 @@ type udpFlow struct {
 	st    *udpState
 	pol   atomic.Pointer[netpolicy.Policy] // judged under
 	dest  netpolicy.Dest
+	idle  time.Duration
 	out   chan []byte
 	done  chan struct{}
 	once  sync.Once
@@ -229,6 +231,7 @@ func origDst(oob []byte) (netip.AddrPort, bool) {
 func (r *udpRelay) serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { r.pc.Close() })
 	defer stop()
+	defer r.wg.Wait()
 	defer r.closeAll()
 	buf := make([]byte, 65536)
 	oob := make([]byte, 128)
@@ -342,14 +345,18 @@ func (r *udpRelay) open(ctx context.Context, sb *sandbox, st *udpState, key flow
 		r.deny(st, dst, "denied: the node has as many UDP flows open as it allows; try again later", now)
 		return nil
 	}
-	f := &udpFlow{key: key, sb: sb, st: st, dest: d, out: make(chan []byte, 64), done: make(chan struct{})}
+	f := &udpFlow{key: key, sb: sb, st: st, dest: d, idle: r.cfg.Idle, out: make(chan []byte, 64), done: make(chan struct{})}
 	f.pol.Store(pol)
 	f.last.Store(now.UnixNano())
 	r.byKey[key] = f
 	st.flows[f] = struct{}{}
 	r.flows.Add(1)
 	st.flowsTotal.Add(1)
-	go r.run(ctx, f)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.run(ctx, f)
+	}()
 	return f
 }
 
@@ -422,7 +429,11 @@ func (r *udpRelay) run(ctx context.Context, f *udpFlow) {
 	if !f.keep(rep.c) {
 		return
 	}
-	go r.replies(f, up, rep.c)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.replies(f, up, rep.c)
+	}()
 	st, sb := f.st, f.sb
 	for {
 		select {
@@ -447,10 +458,10 @@ func (r *udpRelay) replies(f *udpFlow, up net.Conn, rep *net.UDPConn) {
 	st, sb := f.st, f.sb
 	for {
 		last := time.Unix(0, f.last.Load())
-		if time.Since(last) >= r.cfg.Idle {
+		if time.Since(last) >= f.idle {
 			return
 		}
-		up.SetReadDeadline(last.Add(r.cfg.Idle))
+		up.SetReadDeadline(last.Add(f.idle))
 		n, err := up.Read(buf)
 		if err != nil {
 			if isTimeout(err) || errors.Is(err, syscall.ECONNREFUSED) {

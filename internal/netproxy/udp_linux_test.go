@@ -359,6 +359,29 @@ func TestUDPRevoke(t *testing.T) {
 	if err := udpRoundTrip(c, "again", time.Second); err != nil {
 		t.Errorf("after allowing again: %v", err)
 	}
+	// An idle flow expires; the next datagram opens a new one.
+	n.udp.mu.Lock()
+	n.udp.cfg.Idle = 100 * time.Millisecond
+	n.udp.mu.Unlock()
+	ic, err := a.dial("udp4", n.allowedAddr(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ic.Close()
+	if err := udpRoundTrip(ic, "idle", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := n.UDPStats("sb-a")
+	time.Sleep(300 * time.Millisecond)
+	if us, _ := n.UDPStats("sb-a"); us.Flows != before.Flows-1 {
+		t.Errorf("flows %d after the idle time, want %d (the idle one expired)", us.Flows, before.Flows-1)
+	}
+	if err := udpRoundTrip(ic, "awake", time.Second); err != nil {
+		t.Errorf("after expiry: %v", err)
+	}
+	if us, _ := n.UDPStats("sb-a"); us.FlowsTotal != before.FlowsTotal+1 {
+		t.Errorf("flows opened %d, want %d (a new flow after expiry)", us.FlowsTotal, before.FlowsTotal+1)
+	}
 	// Detach closes the sandbox's flows.
 	if err := n.Detach("sb-a"); err != nil {
 		t.Fatal(err)
