@@ -82,7 +82,7 @@ type udpRelay struct {
 	// mk makes reply sockets in the router namespace (a goroutine locked
 	// there serves it).
 	mk    chan mkReq
-	flows atomic.Int64 // the node's
+	flows atomic.Int64   // the node's
 	wg    sync.WaitGroup // the flows' goroutines
 
 	mu sync.Mutex
