@@ -69,7 +69,7 @@ type udpNode struct {
 	allowed, denied *udpEcho
 }
 
-func newUDPNode(t *testing.T) *udpNode {
+func newUDPNode(t testing.TB) *udpNode {
 	n := newTestNode(t)
 	if err := n.world.do(func() error {
 		lo, err := netlink.LinkByName("lo")
