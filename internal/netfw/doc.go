@@ -1,8 +1,10 @@
 // Package netfw installs the node's firewall in the router network
 // namespace (internal/netns): one nftables table, "inet dsec", that sends
-// every connection a sandbox makes to the node's egress proxy and every
-// DNS query to the node resolver, and drops everything else the sandboxes'
-// links carry.
+// every connection a sandbox makes to the node's egress proxy, every DNS
+// query to the node resolver and (with a UDP port) its other UDP by TPROXY
+// to the proxy's UDP relay, and drops everything else the sandboxes' links
+// carry. Route adds the policy routing TPROXY needs, in the router
+// namespace too.
 //
 // Invariants:
 //   - The table lives in the router namespace only: the netlink socket is
