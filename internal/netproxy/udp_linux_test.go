@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/dsecproject/dsec/internal/netns"
 )
 
 // Public addresses in the world namespace for UDP (a documentation range
@@ -489,4 +491,50 @@ func defaultUDPFlows() int {
 	var c UDPConfig
 	c.setDefaults()
 	return c.MaxFlows
+}
+
+// TestUDPRestart: a node closed and opened again (a restarted keeper)
+// relays nothing for a sandbox until its policy is restored, then relays
+// its UDP again, on the same client socket.
+func TestUDPRestart(t *testing.T) {
+	n := newUDPNode(t)
+	a, _ := n.attach(t, "sb-a", n.allowFlag())
+	c, err := a.dial("udp4", n.allowedAddr(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := firstRoundTrip(c, "before"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // late duplicates of the retries
+	before, _ := n.allowed.received()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n.Node = nil
+	if err := udpRoundTrip(c, "closed", 200*time.Millisecond); err == nil {
+		t.Errorf("UDP answered with the node closed")
+	}
+	m, err := OpenNode(NodeConfig{Dir: n.dir, Catalogue: n.cat, Proxy: Config{Dial: n.world.dialer()}})
+	if err != nil {
+		// Nothing else would remove the namespace the first node left.
+		if rerr := netns.Remove(n.dir); rerr != nil {
+			t.Errorf("remove the router namespace: %v", rerr)
+		}
+		t.Fatal(err)
+	}
+	n.Node = m
+	if err := udpRoundTrip(c, "unrestored", 200*time.Millisecond); err == nil {
+		t.Errorf("UDP answered before the policy was restored")
+	}
+	if got, _ := n.allowed.received(); got != before {
+		t.Errorf("the host received %d datagrams while the node was closed or unrestored, want none", got-before)
+	}
+	if _, ok, err := m.Restore("sb-a", n.policy(t, n.allowFlag())); !ok || err != nil {
+		t.Fatalf("Restore = %v, %v", ok, err)
+	}
+	if err := udpRoundTrip(c, "after", time.Second); err != nil {
+		t.Errorf("after restore: %v", err)
+	}
 }
