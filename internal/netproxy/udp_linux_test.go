@@ -440,16 +440,25 @@ func TestUDPFlood(t *testing.T) {
 				c.Write([]byte("new flow"))
 			}
 			flooding <- nil
-			// Then one flow at full speed.
+			// Then one flow at full speed, from three threads.
 			msg := make([]byte, 1000)
-			for {
-				select {
-				case <-stop:
-					return nil
-				default:
-					fc.Write(msg)
-				}
+			var fw sync.WaitGroup
+			for range 3 {
+				fw.Add(1)
+				go func() {
+					defer fw.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+							fc.Write(msg)
+						}
+					}
+				}()
 			}
+			fw.Wait()
+			return nil
 		})
 	}()
 	if err := <-flooding; err != nil {
