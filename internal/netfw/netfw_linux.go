@@ -18,6 +18,7 @@ import (
 const (
 	dnsMeter  = "dns_meter"
 	connMeter = "conn_meter"
+	udpMeter  = "udp_meter"
 )
 
 // Install creates or replaces the table in the network namespace nsFd
@@ -33,6 +34,13 @@ const (
 //	    source's rate; everything else dropped (other protocols and
 //	    ports, ICMP but conntrack's related errors, raw IP).
 //	forward (filter, policy drop): nothing passes through the router.
+//
+// With a UDPPort, also:
+//
+//	udp (filter, mangle priority, before the NAT): IPv4 UDP to any port
+//	    but 53: over the source's rate dropped; else marked UDPMark and
+//	    sent by TPROXY to the relay's socket; dropped when it has none.
+//	input: UDP marked UDPMark accepted.
 func Install(nsFd int, cfg Config) error {
 	if cfg.ProxyPort == 0 || cfg.DNSPort == 0 {
 		return fmt.Errorf("router firewall: proxy and resolver ports are required: %w", errdefs.ErrInvalidArgument)
@@ -67,9 +75,20 @@ func Install(nsFd int, cfg Config) error {
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop,
 	})
 
+	var udp *nftables.Chain
+	if cfg.UDPPort != 0 {
+		udp = c.AddChain(&nftables.Chain{
+			Name: "udp", Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle, Policy: &accept,
+		})
+	}
+
 	meters := []*nftables.Set{
 		{Table: t, Name: dnsMeter, KeyType: nftables.TypeIPAddr, Dynamic: true, HasTimeout: true, Timeout: time.Minute, Size: 65535},
 		{Table: t, Name: connMeter, KeyType: nftables.TypeIPAddr, Dynamic: true, HasTimeout: true, Timeout: time.Minute, Size: 65535},
+	}
+	if udp != nil {
+		meters = append(meters, &nftables.Set{Table: t, Name: udpMeter, KeyType: nftables.TypeIPAddr, Dynamic: true, HasTimeout: true, Timeout: time.Minute, Size: 65535})
 	}
 	for _, s := range meters {
 		if err := c.AddSet(s, nil); err != nil {
@@ -90,6 +109,14 @@ func Install(nsFd int, cfg Config) error {
 	rule(pre, fromSandbox(), ipv4(), l4(unix.IPPROTO_TCP), dport(53), redirect(cfg.DNSPort))
 	rule(pre, fromSandbox(), ipv4(), l4(unix.IPPROTO_TCP), redirect(cfg.ProxyPort))
 
+	if udp != nil {
+		notDNS := dportNot(53)
+		rule(udp, fromSandbox(), ipv4(), l4(unix.IPPROTO_UDP), notDNS, overRate(udpMeter, cfg.UDPRate, cfg.UDPBurst, false), verdict(expr.VerdictDrop))
+		rule(udp, fromSandbox(), ipv4(), l4(unix.IPPROTO_UDP), notDNS, setMark(UDPMark), tproxy(cfg.UDPPort), verdict(expr.VerdictAccept))
+		// TPROXY found no socket (the relay is gone): never routed.
+		rule(udp, fromSandbox(), ipv4(), l4(unix.IPPROTO_UDP), notDNS, verdict(expr.VerdictDrop))
+	}
+
 	// input.
 	rule(in, fromSandbox(), nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))
 	// Every DNS datagram is metered, before the established rule: a
@@ -101,6 +128,9 @@ func Install(nsFd int, cfg Config) error {
 	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_UDP), dport(cfg.DNSPort), verdict(expr.VerdictAccept))
 	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_TCP), dport(cfg.DNSPort), verdict(expr.VerdictAccept))
 	rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_TCP), dport(cfg.ProxyPort), verdict(expr.VerdictAccept))
+	if udp != nil {
+		rule(in, fromSandbox(), ipv4(), l4(unix.IPPROTO_UDP), mark(UDPMark), verdict(expr.VerdictAccept))
+	}
 	rule(in, fromSandbox(), verdict(expr.VerdictDrop))
 
 	if err := c.Flush(); err != nil {
@@ -193,6 +223,36 @@ func dport(p uint16) []expr.Any {
 	return []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(p)},
+	}
+}
+
+func dportNot(p uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.BigEndian.PutUint16(p)},
+	}
+}
+
+func setMark(m uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(m)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+	}
+}
+
+func mark(m uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(m)},
+	}
+}
+
+// tproxy is nft's "tproxy ip to :p": the datagram keeps its addresses
+// and is given to the transparent socket listening on port p.
+func tproxy(p uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(p)},
+		&expr.TProxy{Family: byte(nftables.TableFamilyIPv4), TableFamily: byte(nftables.TableFamilyINet), RegPort: 1},
 	}
 }
 

@@ -18,3 +18,6 @@ func Installed(nsFd int) (bool, error) { return false, errors.ErrUnsupported }
 
 // Forget is not supported off Linux.
 func Forget(nsFd int, a netip.Addr) error { return errors.ErrUnsupported }
+
+// Route returns errors.ErrUnsupported off Linux.
+func Route(nsFd int) error { return errors.ErrUnsupported }

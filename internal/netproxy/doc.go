@@ -2,7 +2,10 @@
 // namespace's firewall (internal/netfw) redirects every TCP connection a
 // sandbox makes to one listener here, which judges it by the sandbox's
 // policy (internal/netpolicy) and, when allowed, dials the original
-// destination from the host's namespace and copies both ways.
+// destination from the host's namespace and copies both ways. Its UDP
+// relay (udp_linux.go) does the same for the sandboxes' UDP other than DNS,
+// which the firewall gives by TPROXY to one transparent socket: a flow per
+// (source, original destination), allowed by CIDR rules only.
 //
 // Invariants:
 //   - Fail closed: a connection from a source address that is no
@@ -17,7 +20,10 @@
 //     short bounded time and size; a policy update judges every
 //     established connection of the sandbox again and cuts the ones it no
 //     longer allows.
-//   - One sandbox's connections are bounded (at once and per second), and
+//   - UDP replies reach the sandbox from the original destination's
+//     address and port (a transparent socket bound there); only the
+//     destination's replies are relayed (a connected host-side socket).
+//   - One sandbox's connections and UDP flows are bounded (at once and per second), and
 //     so are the node's, so a flood from one cannot starve the others.
 //
 // The listener is created by the caller inside the router namespace; the

@@ -31,6 +31,9 @@ type NodeConfig struct {
 	// their Resolved, Denied, Upstreams and Hosts.
 	Proxy Config
 	DNS   netdns.Config
+	// UDP bounds the UDP relay (UDP by a CIDR rule); it dials with
+	// Proxy.Dial.
+	UDP UDPConfig
 	// Logger receives warnings. Default: discard.
 	Logger *slog.Logger
 }
@@ -41,6 +44,7 @@ type Node struct {
 	router *netns.Router
 	proxy  *Proxy
 	res    *netdns.Resolver
+	udp    *udpRelay
 	cat    *netpolicy.Catalogue
 	log    *slog.Logger
 	cancel context.CancelFunc
@@ -84,6 +88,7 @@ func OpenNode(cfg NodeConfig) (n *Node, err error) {
 		ln    net.Listener
 		dnsPC net.PacketConn
 		dnsLn net.Listener
+		udpPC *net.UDPConn
 	)
 	// The listeners are made inside the router namespace, on every
 	// router address; the firewall's REDIRECT sends each link's traffic
@@ -97,7 +102,10 @@ func OpenNode(cfg NodeConfig) (n *Node, err error) {
 			return err
 		}
 		port := dnsPC.LocalAddr().(*net.UDPAddr).Port
-		dnsLn, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+		if dnsLn, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port)); err != nil {
+			return err
+		}
+		udpPC, err = listenUDPRelay()
 		return err
 	}); err != nil {
 		for _, c := range []interface{ Close() error }{ln, dnsPC, dnsLn} {
@@ -105,9 +113,12 @@ func OpenNode(cfg NodeConfig) (n *Node, err error) {
 				c.Close()
 			}
 		}
+		if udpPC != nil {
+			udpPC.Close()
+		}
 		return nil, fmt.Errorf("network node: listen in the router namespace: %w", err)
 	}
-	closeAll := func() { ln.Close(); dnsPC.Close(); dnsLn.Close() }
+	closeAll := func() { ln.Close(); dnsPC.Close(); dnsLn.Close(); udpPC.Close() }
 
 	dcfg := cfg.DNS
 	if len(dcfg.Upstreams) == 0 {
@@ -136,10 +147,17 @@ func OpenNode(cfg NodeConfig) (n *Node, err error) {
 	}
 	proxy = New(pcfg)
 	n.proxy, n.res = proxy, res
+	n.udp = newUDPRelay(proxy, cfg.UDP, udpPC)
 
+	if err := netfw.Route(r.NSFd()); err != nil {
+		res.Close()
+		closeAll()
+		return nil, err
+	}
 	if err := netfw.Install(r.NSFd(), netfw.Config{
 		ProxyPort: uint16(ln.Addr().(*net.TCPAddr).Port),
 		DNSPort:   uint16(dnsPC.LocalAddr().(*net.UDPAddr).Port),
+		UDPPort:   n.udp.port(),
 	}); err != nil {
 		res.Close()
 		closeAll()
@@ -148,7 +166,19 @@ func OpenNode(cfg NodeConfig) (n *Node, err error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.wg.Add(2)
+	n.wg.Add(4)
+	go func() {
+		defer n.wg.Done()
+		if err := n.udp.serve(ctx); err != nil {
+			n.log.Warn("udp relay stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer n.wg.Done()
+		if err := r.Do(func() error { return serveMaker(ctx, n.udp.mk) }); err != nil && ctx.Err() == nil {
+			n.log.Warn("udp relay: reply sockets", "err", err)
+		}
+	}()
 	go func() {
 		defer n.wg.Done()
 		if err := proxy.Serve(ctx, ln); err != nil {
@@ -209,6 +239,7 @@ func (n *Node) Attach(id string, nsFd int, pol *netpolicy.Policy) (netns.Link, e
 		}
 		return netns.Link{}, err
 	}
+	n.udp.rejudge(id, pol)
 	return l, nil
 }
 
@@ -220,6 +251,9 @@ func (n *Node) Restore(id string, pol *netpolicy.Policy) (netns.Link, bool, erro
 		return netns.Link{}, false, nil
 	}
 	_, err := n.proxy.Set(id, l.SandboxAddr, pol)
+	if err == nil {
+		n.udp.rejudge(id, pol)
+	}
 	return l, err == nil, err
 }
 
@@ -230,7 +264,11 @@ func (n *Node) SetPolicy(id string, pol *netpolicy.Policy) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("sandbox %s has no network: %w", id, errdefs.ErrNotFound)
 	}
-	return n.proxy.Set(id, l.SandboxAddr, pol)
+	cut, err := n.proxy.Set(id, l.SandboxAddr, pol)
+	if err != nil {
+		return cut, err
+	}
+	return cut + n.udp.rejudge(id, pol), nil
 }
 
 // Link returns sandbox id's link.
@@ -253,10 +291,15 @@ func (n *Node) Totals() Totals {
 // Stats returns sandbox id's counters.
 func (n *Node) Stats(id string) (Stats, bool) { return n.proxy.Stats(id) }
 
+// UDPStats returns sandbox id's UDP relay counters (false before its
+// first datagram).
+func (n *Node) UDPStats(id string) (UDPStats, bool) { return n.udp.stats(id) }
+
 // Detach removes sandbox id's link, cuts its connections and forgets what
 // it resolved. A sandbox without a link is no error.
 func (n *Node) Detach(id string) error {
 	n.proxy.Remove(id)
+	n.udp.remove(id)
 	n.res.Forget(id)
 	l, ok := n.Link(id)
 	if !ok {
@@ -282,6 +325,7 @@ func (n *Node) Sweep(keep func(id string) bool) ([]string, error) {
 	removed, err := n.router.Sweep(keep)
 	for _, id := range removed {
 		n.proxy.Remove(id)
+		n.udp.remove(id)
 		n.res.Forget(id)
 	}
 	return removed, err
