@@ -72,3 +72,70 @@ func hostAddrs(t *testing.T) []string {
 	}
 	return out
 }
+
+// TestNetworkSpoofAnotherSandbox: a sandbox with a narrow policy forges
+// packets with the source address of a sandbox whose policy is open, so
+// that the egress proxy and the node resolver, which know a sandbox by its
+// source address, would judge, answer and count them as the other
+// sandbox's. It cannot re-address its eth0 (no CAP_NET_ADMIN, checked
+// here), but it holds CAP_NET_RAW in its own namespace: a raw IP socket
+// sends DNS queries (no handshake needed) from the victim's address to its
+// own and the victim's router ends. Protection: strict reverse-path
+// filtering in the router namespace drops a packet whose source belongs to
+// another link before the resolver sees it, so none counts for the victim.
+// The same queries from the attacker's own address do count (the test can
+// tell a resolver that saw nothing from one that saw the forgeries).
+func TestNetworkSpoofAnotherSandbox(t *testing.T) {
+	Env(t)
+	t.Parallel()
+	ctx := Ctx(t, 2*time.Minute)
+	attacker := NewSandbox(t, dsec.CreateOptions{Network: dsec.NetworkFlag("allow=192.0.2.1:9")})
+	victim := NewSandbox(t, dsec.CreateOptions{Network: dsec.NetworkFlag("open")})
+	InstallProbe(t, attacker)
+	a, err := attacker.Network(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := victim.Network(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Address == "" || v.Address == "" || a.Gateway == "" || a.Address == v.Address {
+		t.Fatalf("addresses: attacker %+v, victim %+v", a, v)
+	}
+	if r := Sh(t, attacker, "ip addr add "+v.Address+"/32 dev eth0"); r.Code() == 0 {
+		t.Errorf("the sandbox gave its eth0 another sandbox's address: it holds CAP_NET_ADMIN")
+	}
+	send := func(src string) map[string]string {
+		t.Helper()
+		var got map[string]string
+		for i := 0; i < 3; i++ {
+			got = probe(t, attacker, "spoofdns", src, a.Gateway, v.Gateway)
+		}
+		time.Sleep(200 * time.Millisecond) // the resolver counts as it answers
+		return got
+	}
+	// From its own address: sent, answered, counted as the attacker's.
+	if got := send(a.Address); got["spoofdns:"+a.Gateway] != "ok" {
+		t.Fatalf("raw DNS queries from the sandbox's own address: %v, want sent", got)
+	}
+	a2, err := attacker.Network(ctx)
+	if err != nil || a2.DNSQueries < a.DNSQueries+3 {
+		t.Fatalf("the attacker's own raw queries were not counted: before %+v, after %+v %v", a, a2, err)
+	}
+	before, err := victim.Network(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := send(v.Address)
+	after, err := victim.Network(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.DNSQueries != before.DNSQueries || after.Denied != before.Denied || after.ConnectionsOut != before.ConnectionsOut {
+		t.Errorf("queries forged with the victim's source (sends: %v) counted for the victim: before %+v, after %+v", got, before, after)
+	}
+	if a3, _ := attacker.Network(ctx); a3.DNSQueries != a2.DNSQueries {
+		t.Errorf("forged queries counted for the attacker: %d then %d", a2.DNSQueries, a3.DNSQueries)
+	}
+}

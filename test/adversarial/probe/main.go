@@ -23,14 +23,15 @@ import (
 
 // commands are probe's commands, by name.
 var commands = map[string]func(args []string) error{
-	"syscall": syscallCmd,
-	"ptrace":  ptraceCmd,
-	"connect": connectCmd,
-	"raw":     rawCmd,
-	"chroot":  chrootCmd,
-	"init":    initCmd,
-	"inotify": inotifyCmd,
-	"hijack":  hijackCmd,
+	"syscall":  syscallCmd,
+	"ptrace":   ptraceCmd,
+	"connect":  connectCmd,
+	"raw":      rawCmd,
+	"spoofdns": spoofDNSCmd,
+	"chroot":   chrootCmd,
+	"init":     initCmd,
+	"inotify":  inotifyCmd,
+	"hijack":   hijackCmd,
 }
 
 func main() {

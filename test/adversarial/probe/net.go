@@ -47,3 +47,41 @@ func rawCmd(args []string) error {
 	}
 	return nil
 }
+
+// spoofDNSCmd sends, through a raw IP socket (IP_HDRINCL), a DNS query for
+// example.com from source address args[0] to args[1] port 53, once for
+// each further destination in args[1:], and reports "spoofdns:DST ok|ERRNO"
+// for the send. Whatever answers goes to the forged source, not here.
+func spoofDNSCmd(args []string) error {
+	if len(args) < 2 {
+		return errors.New("spoofdns SRC DST...")
+	}
+	src := net.ParseIP(args[0]).To4()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+	if err != nil {
+		report("spoofdns:socket", err)
+		return nil
+	}
+	defer unix.Close(fd)
+	query := []byte{0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1}
+	for _, a := range args[1:] {
+		dst := net.ParseIP(a).To4()
+		if src == nil || dst == nil {
+			report("spoofdns:"+a, os.ErrInvalid)
+			continue
+		}
+		udpLen := 8 + len(query)
+		pkt := make([]byte, 20+udpLen)
+		pkt[0], pkt[8], pkt[9] = 0x45, 64, unix.IPPROTO_UDP // version 4, IHL 5; TTL; UDP
+		pkt[2], pkt[3] = byte(len(pkt)>>8), byte(len(pkt))
+		copy(pkt[12:16], src)
+		copy(pkt[16:20], dst)
+		u := pkt[20:]
+		u[0], u[1], u[2], u[3] = 0xd5, 0xec, 0, 53 // source port 54764, destination 53
+		u[4], u[5] = byte(udpLen>>8), byte(udpLen) // checksum 0: none (IPv4)
+		copy(u[8:], query)
+		// The kernel fills the IP checksum and ID of an IP_HDRINCL packet.
+		report("spoofdns:"+a, unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: [4]byte(dst)}))
+	}
+	return nil
+}
