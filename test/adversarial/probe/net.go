@@ -54,7 +54,7 @@ func rawCmd(args []string) error {
 // for the send. Whatever answers goes to the forged source, not here.
 func spoofDNSCmd(args []string) error {
 	if len(args) < 2 {
-		return errors.New("spoofdns SRC DST...")
+		return errors.New("usage: spoofdns SRC DST [DST]")
 	}
 	src := net.ParseIP(args[0]).To4()
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
