@@ -346,28 +346,8 @@ func netInfo(cmd *cobra.Command, g *globalFlags, id string) (*dsec.NetworkInfo, 
 
 // The SDK's network structs as the API's messages, for -o json.
 
-func networkPolicyProto(p *dsec.NetworkPolicy) *sandboxv1.NetworkPolicy {
-	if p == nil {
-		return nil
-	}
-	out := &sandboxv1.NetworkPolicy{Mode: p.Mode, Text: p.Text}
-	for _, r := range p.Rules {
-		pr := &sandboxv1.NetworkRule{Action: r.Action, Ports: r.Ports, Protocol: r.Protocol}
-		switch {
-		case r.Service != "":
-			pr.Target = &sandboxv1.NetworkRule_Service{Service: r.Service}
-		case r.Domain != "":
-			pr.Target = &sandboxv1.NetworkRule_Domain{Domain: r.Domain}
-		case r.CIDR != "":
-			pr.Target = &sandboxv1.NetworkRule_Cidr{Cidr: r.CIDR}
-		}
-		out.Rules = append(out.Rules, pr)
-	}
-	return out
-}
-
 func networkResultProto(r dsec.NetworkResult) *sandboxv1.NetworkResult {
-	out := &sandboxv1.NetworkResult{Id: r.ID, Policy: networkPolicyProto(r.Policy)}
+	out := &sandboxv1.NetworkResult{Id: r.ID, Policy: r.Policy.Proto()}
 	if r.Err != nil {
 		out.Error = &sandboxv1.ItemError{Code: codeName(r.Err), Message: r.Err.Message}
 	}
@@ -380,7 +360,7 @@ func networkDenialProto(d dsec.NetworkDenial) *sandboxv1.NetworkDenial {
 
 func networkInfoProto(i *dsec.NetworkInfo) *sandboxv1.GetNetworkResponse {
 	out := &sandboxv1.GetNetworkResponse{
-		Policy: networkPolicyProto(i.Policy), Address: i.Address, Gateway: i.Gateway,
+		Policy: i.Policy.Proto(), Address: i.Address, Gateway: i.Gateway,
 		BytesOut: i.BytesOut, BytesIn: i.BytesIn, ConnectionsOut: i.ConnectionsOut, ConnectionsActive: i.ConnectionsActive,
 		Denied: i.Denied, DnsQueries: i.DNSQueries, DnsDenied: i.DNSDenied,
 	}

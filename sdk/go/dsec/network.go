@@ -76,7 +76,9 @@ func NetworkServices(m map[string]bool) (*NetworkPolicy, error) {
 	return &NetworkPolicy{Text: strings.Join(parts, ",")}, nil
 }
 
-func (p *NetworkPolicy) proto() *sandboxv1.NetworkPolicy {
+// Proto returns the policy as the API's message (nil for nil), as the
+// SDK sends it; for programs that print or store the API's own form.
+func (p *NetworkPolicy) Proto() *sandboxv1.NetworkPolicy {
 	if p == nil {
 		return nil
 	}
@@ -188,7 +190,7 @@ func (s *Sandbox) UpdateNetwork(ctx context.Context, p *NetworkPolicy, merge boo
 		p = &NetworkPolicy{Mode: "none"}
 	}
 	resp, err := s.c.sandboxes.UpdateNetwork(ctx, connect.NewRequest(&sandboxv1.UpdateNetworkRequest{
-		Id: s.ID, Policy: p.proto(), Merge: merge,
+		Id: s.ID, Policy: p.Proto(), Merge: merge,
 	}))
 	if err != nil {
 		return nil, s.c.err(err)
@@ -217,7 +219,7 @@ func (c *Client) UpdateNetwork(ctx context.Context, selector map[string]string, 
 		p = &NetworkPolicy{Mode: "none"}
 	}
 	resp, err := c.sandboxes.UpdateNetwork(ctx, connect.NewRequest(&sandboxv1.UpdateNetworkRequest{
-		Selector: selector, Policy: p.proto(), Merge: merge,
+		Selector: selector, Policy: p.Proto(), Merge: merge,
 	}))
 	if err != nil {
 		return nil, c.err(err)

@@ -164,7 +164,7 @@ func createRequest(opts CreateOptions) (*sandboxv1.CreateRequest, error) {
 		IdleTtl:        optDuration(opts.IdleTTL),
 		Backend:        opts.Backend,
 		IdempotencyKey: opts.IdempotencyKey,
-		Network:        opts.Network.proto(),
+		Network:        opts.Network.Proto(),
 	}, nil
 }
 
