@@ -213,7 +213,7 @@ func run(ctx context.Context, bin, cliBin, base string, n, warmup int, keep bool
 		ops = append(ops, timed{rowCLI + " (base)", cli(base, "exec", sb.ID, "--", "true")},
 			timed{rowStart + " (base)", cli(base, "--version")})
 	}
-	rep = &Report{Date: time.Now().UTC(), N: n, Warmup: warmup, Target: Target, LoadBefore: loadavg()}
+	rep = &Report{Date: time.Now().UTC(), N: n, Warmup: warmup, Target: Target, LoadBefore: harness.LoadAvg()}
 	rep.CPUs = runtime.NumCPU()
 	if out, err := exec.Command(cliBin, "--version").Output(); err == nil {
 		rep.Version = strings.TrimSpace(string(out))
@@ -235,7 +235,7 @@ func run(ctx context.Context, bin, cliBin, base string, n, warmup int, keep bool
 			return nil, err
 		}
 	}
-	rep.LoadAfter = loadavg()
+	rep.LoadAfter = harness.LoadAvg()
 	for k, o := range ops {
 		rep.Rows = append(rep.Rows, harness.Summarize(o.name, "dsec", samples[k]))
 	}
@@ -250,15 +250,6 @@ func run(ctx context.Context, bin, cliBin, base string, n, warmup int, keep bool
 type timed struct {
 	name string
 	op   func(context.Context) (time.Duration, error)
-}
-
-func loadavg() []string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return nil
-	}
-	f := strings.Fields(string(b))
-	return f[:min(3, len(f))]
 }
 
 func printTable(w io.Writer, rep *Report) {

@@ -233,7 +233,7 @@ func run(ctx context.Context, o options) (rep *Report, err error) {
 		return nil, err
 	}
 
-	rep = &Report{Date: time.Now().UTC(), CPUs: runtime.NumCPU(), LoadBefore: loadavg(),
+	rep = &Report{Date: time.Now().UTC(), CPUs: runtime.NumCPU(), LoadBefore: harness.LoadAvg(),
 		Direct: "the same client on the host, to the same server at the host's own address (loopback: no veth, no proxy)"}
 	if out, err := exec.Command(o.bin, "--version").Output(); err == nil {
 		rep.Version = strings.TrimSpace(string(out))
@@ -245,7 +245,7 @@ func run(ctx context.Context, o options) (rep *Report, err error) {
 	if err := b.network(ctx, rep); err != nil {
 		return nil, err
 	}
-	rep.LoadAfter = loadavg()
+	rep.LoadAfter = harness.LoadAvg()
 	return rep, nil
 }
 
@@ -485,15 +485,6 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
-}
-
-func loadavg() []string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return nil
-	}
-	f := strings.Fields(string(b))
-	return f[:min(3, len(f))]
 }
 
 func printTable(w io.Writer, rep *Report) {
