@@ -240,6 +240,11 @@ asyncio.run(main())
 	if _, err := other.ExecDetached(ctx, dsec.ExecRequest{Argv: []string{"sh", "-c", "while true; do nc -l -p 9000 -e echo reached; done"}}); err != nil {
 		t.Fatal(err)
 	}
+	for _, s := range []*dsec.Sandbox{sb, other} {
+		if st, err := s.Stats(ctx); err != nil || !st.Networked {
+			t.Errorf("Stats of %s = %+v, %v; want networked", s.ID, st, err)
+		}
+	}
 	otherInfo, err := other.Network(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -199,7 +199,7 @@ func (f *fakeAPI) Stats(_ context.Context, req *connect.Request[sandboxv1.StatsR
 	f.record(req.Msg)
 	if req.Msg.GetId() == netSbID {
 		return connect.NewResponse(&sandboxv1.StatsResponse{CpuUsage: durationpb.New(time.Second), CpusLimit: 1, MemoryLimit: 512 << 20,
-			NetBytesIn: 2 << 20, NetBytesOut: 512 << 10, NetConnectionsOut: 9, NetDenied: 4}), nil
+			NetBytesIn: 2 << 20, NetBytesOut: 512 << 10, NetConnectionsOut: 9, NetDenied: 4, Networked: true}), nil
 	}
 	if req.Msg.GetId() != sbID {
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("sandbox "+req.Msg.GetId()+": not found"))

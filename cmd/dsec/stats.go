@@ -26,10 +26,7 @@ type statsRow struct {
 	// CPUPercent is the share of its CPU cap used over the sample, when
 	// sampled.
 	CPUPercent *float64 `json:",omitempty"`
-	// Networked is set for a sandbox with a network policy (not none):
-	// its row shows the network columns.
-	Networked bool `json:"-"`
-	err       error
+	err        error
 }
 
 func newStatsCmd(g *globalFlags) *cobra.Command {
@@ -85,7 +82,6 @@ Sizes are in powers of 1024 (512M = 512 MiB).`,
 			defer c.Close()
 			ctx := cmd.Context()
 			ids, named := args, len(args) > 0
-			networked := map[string]bool{}
 			if !named {
 				sbs, err := c.List(ctx, sel)
 				if err != nil {
@@ -94,18 +90,12 @@ Sizes are in powers of 1024 (512M = 512 MiB).`,
 				for _, sb := range sbs {
 					if sb.State == dsec.StateRunning || sb.State == dsec.StatePaused {
 						ids = append(ids, sb.ID)
-						networked[sb.ID] = hasNetwork(sb.NetworkPolicy)
 					}
 				}
-			} else {
-				networked = networkedOf(ctx, c, ids)
 			}
 			rows, err := collectStats(ctx, c, ids, sample)
 			if err != nil {
 				return err
-			}
-			for i := range rows {
-				rows[i].Networked = networked[rows[i].ID]
 			}
 			failed := 0
 			kept := rows[:0]
@@ -190,33 +180,6 @@ func collectStats(ctx context.Context, c *dsec.Client, ids []string, sample time
 		rows[i].ID = ids[i]
 	}
 	return rows, nil
-}
-
-// hasNetwork reports whether p gives a sandbox a network.
-func hasNetwork(p *dsec.NetworkPolicy) bool {
-	return p != nil && p.Mode != "" && p.Mode != "none"
-}
-
-// networkedOf reports which of ids have a network. A sandbox that cannot
-// be read is reported as without one (its stats say why).
-func networkedOf(ctx context.Context, c *dsec.Client, ids []string) map[string]bool {
-	has := make([]bool, len(ids))
-	var eg errgroup.Group
-	eg.SetLimit(16)
-	for i, id := range ids {
-		eg.Go(func() error {
-			if sb, err := c.Get(ctx, id); err == nil {
-				has[i] = hasNetwork(sb.NetworkPolicy)
-			}
-			return nil
-		})
-	}
-	_ = eg.Wait()
-	out := make(map[string]bool, len(ids))
-	for i, id := range ids {
-		out[id] = has[i]
-	}
-	return out
 }
 
 func printStats(w io.Writer, output string, rows []statsRow, sampled bool) error {

@@ -1,30 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
-
-	"connectrpc.com/connect"
-
-	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 )
 
 // netSbID is the fake's sandbox with a network.
 const netSbID = "node1-nnnnnnnnnnnn"
-
-// Get answers for the sandbox with a network only; the fake's other
-// sandboxes are not read with Get.
-func (f *fakeAPI) Get(_ context.Context, req *connect.Request[sandboxv1.GetRequest]) (*connect.Response[sandboxv1.GetResponse], error) {
-	f.record(req.Msg)
-	if req.Msg.GetId() != netSbID {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("the fake gets only "+netSbID))
-	}
-	return connect.NewResponse(&sandboxv1.GetResponse{Sandbox: &sandboxv1.Sandbox{Id: netSbID, State: sandboxv1.State_STATE_RUNNING,
-		Network: &sandboxv1.NetworkPolicy{Mode: "rules", Rules: []*sandboxv1.NetworkRule{{Action: "allow", Target: &sandboxv1.NetworkRule_Service{Service: "pypi"}}}}}}), nil
-}
 
 // TestStatsNetwork: dsec stats shows the network columns when a sandbox
 // has a network, "-" in them for one without, and none at all when no

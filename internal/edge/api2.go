@@ -85,6 +85,7 @@ func (a *sandboxAPI) Stats(ctx context.Context, req *connect.Request[sandboxv1.S
 		DiskBytes: st.DiskBytes, DiskLimit: st.DiskLimit, OomKills: st.OOMKills,
 		OutputBytes: st.OutputBytes, OutputLimit: st.OutputLimit,
 		NetBytesOut: net.BytesOut, NetBytesIn: net.BytesIn, NetConnectionsOut: net.ConnsOut, NetDenied: net.Denied,
+		Networked: needsLink(r.Network),
 	}), nil
 }
 

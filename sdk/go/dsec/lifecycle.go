@@ -156,6 +156,9 @@ type Stats struct {
 	// all): bytes out and in, connections out, connections and lookups
 	// refused.
 	NetOut, NetIn, NetConnections, NetDenied int64
+	// Networked is set when the sandbox has a network (a policy that
+	// allows anything).
+	Networked bool
 }
 
 // Stats reports the sandbox's resource use.
@@ -181,6 +184,7 @@ func (s *Sandbox) Stats(ctx context.Context) (*Stats, error) {
 		OutputLimit: m.GetOutputLimit(),
 		NetOut:      m.GetNetBytesOut(), NetIn: m.GetNetBytesIn(),
 		NetConnections: m.GetNetConnectionsOut(), NetDenied: m.GetNetDenied(),
+		Networked: m.GetNetworked(),
 	}
 	if m.GetCpuUsage() != nil {
 		st.CPU = m.GetCpuUsage().AsDuration()

@@ -355,6 +355,8 @@ class Stats:
         output, output_limit: bytes of exec output kept, and the quota.
         net_out, net_in, net_connections, net_denied: network counters
             (zero without network; Sandbox.network() has them all).
+        networked: whether the sandbox has a network (a policy that
+            allows anything).
     """
 
     cpu: float = 0.0
@@ -372,6 +374,7 @@ class Stats:
     net_in: int = 0
     net_connections: int = 0
     net_denied: int = 0
+    networked: bool = False
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "Stats":
@@ -382,7 +385,8 @@ class Stats:
                    oom_kills=i(m.get("oomKills")), output=i(m.get("outputBytes")),
                    output_limit=i(m.get("outputLimit")), net_out=i(m.get("netBytesOut")),
                    net_in=i(m.get("netBytesIn")), net_connections=i(m.get("netConnectionsOut")),
-                   net_denied=i(m.get("netDenied")))
+                   net_denied=i(m.get("netDenied")),
+                   networked=bool(m.get("networked", False)))
 
 
 @dataclasses.dataclass

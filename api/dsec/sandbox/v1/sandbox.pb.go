@@ -3407,8 +3407,11 @@ type StatsResponse struct {
 	NetBytesIn        int64 `protobuf:"varint,13,opt,name=net_bytes_in,json=netBytesIn,proto3" json:"net_bytes_in,omitempty"`
 	NetConnectionsOut int64 `protobuf:"varint,14,opt,name=net_connections_out,json=netConnectionsOut,proto3" json:"net_connections_out,omitempty"`
 	NetDenied         int64 `protobuf:"varint,15,opt,name=net_denied,json=netDenied,proto3" json:"net_denied,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set when the sandbox has a network (a policy that allows anything):
+	// its counters above mean something.
+	Networked     bool `protobuf:"varint,16,opt,name=networked,proto3" json:"networked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -3544,6 +3547,13 @@ func (x *StatsResponse) GetNetDenied() int64 {
 		return x.NetDenied
 	}
 	return 0
+}
+
+func (x *StatsResponse) GetNetworked() bool {
+	if x != nil {
+		return x.Networked
+	}
+	return false
 }
 
 type AttachRequest struct {
@@ -6068,7 +6078,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tkeepalive\x18\x02 \x01(\v2\x1a.dsec.sandbox.v1.KeepaliveH\x00R\tkeepaliveB\x05\n" +
 	"\x03msg\"\x1e\n" +
 	"\fStatsRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x95\x04\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xb3\x04\n" +
 	"\rStatsResponse\x126\n" +
 	"\tcpu_usage\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bcpuUsage\x12\x1d\n" +
 	"\n" +
@@ -6091,7 +6101,8 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"netBytesIn\x12.\n" +
 	"\x13net_connections_out\x18\x0e \x01(\x03R\x11netConnectionsOut\x12\x1d\n" +
 	"\n" +
-	"net_denied\x18\x0f \x01(\x03R\tnetDenied\"\x91\x01\n" +
+	"net_denied\x18\x0f \x01(\x03R\tnetDenied\x12\x1c\n" +
+	"\tnetworked\x18\x10 \x01(\bR\tnetworked\"\x91\x01\n" +
 	"\rAttachRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
