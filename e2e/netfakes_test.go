@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 )
 
@@ -53,9 +52,8 @@ func wheel(t *testing.T, name, version, value string) (file string, data []byte)
 // fakeIndex is a PEP 503 "simple" package index serving one wheel over
 // plain HTTP: /simple/, /simple/NAME/ and /packages/FILE.
 type fakeIndex struct {
-	Addr     string // host:port it listens on
-	Requests atomic.Int64
-	Hosts    chan string // the Host header of each request, when not full
+	Addr  string      // host:port it listens on
+	Hosts chan string // the Host header of each request, when not full
 }
 
 func startFakeIndex(t *testing.T, listen, name, file string, data []byte) *fakeIndex {
@@ -78,7 +76,6 @@ func startFakeIndex(t *testing.T, listen, name, file string, data []byte) *fakeI
 		w.Write(data)
 	})
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.Requests.Add(1)
 		select {
 		case f.Hosts <- r.Host:
 		default:
