@@ -3,44 +3,9 @@ package netdns
 import (
 	"net/netip"
 	"strings"
-)
 
-// nonPublic lists the ranges a public name never resolves to: a sandbox
-// that could make a public name point at one of them (DNS rebinding) would
-// reach the node, its neighbours or the cloud's metadata service through
-// a rule that allows the name. Addresses that embed an IPv4 address
-// (IPv4-mapped, IPv4-compatible, NAT64, 6to4) are judged by the address
-// they embed, in isPublic.
-var nonPublic = func() []netip.Prefix {
-	var ps []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8",       // this network, unspecified
-		"10.0.0.0/8",      // private
-		"100.64.0.0/10",   // carrier-grade NAT
-		"127.0.0.0/8",     // loopback
-		"169.254.0.0/16",  // link-local, cloud metadata
-		"172.16.0.0/12",   // private
-		"192.0.0.0/24",    // IETF protocol assignments
-		"192.0.2.0/24",    // documentation (TEST-NET-1)
-		"192.168.0.0/16",  // private
-		"198.18.0.0/15",   // benchmarking, fake-IP resolvers
-		"198.51.100.0/24", // documentation (TEST-NET-2)
-		"203.0.113.0/24",  // documentation (TEST-NET-3)
-		"224.0.0.0/4",     // multicast
-		"240.0.0.0/4",     // reserved, broadcast
-		"::/96",           // unspecified, loopback, IPv4-compatible
-		"100::/64",        // discard
-		"fc00::/7",        // unique local
-		"fe80::/10",       // link-local
-		"fec0::/10",       // site-local (deprecated)
-		"ff00::/8",        // multicast
-		"2001:db8::/32",   // documentation, never routed
-		"64:ff9b:1::/48",  // local-use NAT64
-	} {
-		ps = append(ps, netip.MustParsePrefix(s))
-	}
-	return ps
-}()
+	"github.com/dsecproject/dsec/internal/netpolicy"
+)
 
 var (
 	nat64   = netip.MustParsePrefix("64:ff9b::/96")
@@ -50,7 +15,11 @@ var (
 )
 
 // isPublic reports whether a may be returned for a name that is not
-// internal.
+// internal: a sandbox that could make a public name point at a
+// non-public address (DNS rebinding) would reach the node, its neighbours
+// or the cloud's metadata service through a rule that allows the name.
+// Addresses that embed an IPv4 address (IPv4-mapped, NAT64, 6to4, Teredo)
+// are judged by the address they embed.
 func isPublic(a netip.Addr) bool {
 	if !a.IsValid() || a.Zone() != "" {
 		return false
@@ -70,12 +39,11 @@ func isPublic(a netip.Addr) bool {
 			return isPublic(netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}))
 		}
 	}
-	for _, p := range nonPublic {
-		if p.Contains(a) {
-			return false
-		}
-	}
-	return true
+	// Every other range out of a user's rules' reach (netpolicy's own
+	// list: private, loopback, link-local and metadata, CGNAT,
+	// documentation, multicast, reserved, ...) is out of a public name's.
+	_, special := netpolicy.Special(a)
+	return !special
 }
 
 // canonical returns the name of a DNS question as the policy sees it:
