@@ -60,7 +60,11 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{addr: addr, createRetries: cfg.CreateRetries, logger: cfg.Logger}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		c.ownedHTTP = &http.Client{Transport: newTransport(strings.HasPrefix(addr, "https://"))}
+		var rt http.RoundTripper = newTransport(strings.HasPrefix(addr, "https://"))
+		if cfg.ShortLived {
+			rt = newFirstCallTransport(rt)
+		}
+		c.ownedHTTP = &http.Client{Transport: rt}
 		hc = c.ownedHTTP
 	}
 	ua := userAgent

@@ -73,5 +73,8 @@
 // to http:// addresses, so that thousands of concurrent calls and exec
 // streams share few connections, and HTTP/2 or HTTP/1.1 over TLS to https://
 // ones. Config.HTTPClient replaces that transport, for example with one
-// that speaks HTTP/1.1 to a proxy that lacks h2c.
+// that speaks HTTP/1.1 to a proxy that lacks h2c. Config.ShortLived is for
+// programs that make a call or two and exit: the first call then goes over
+// a plain HTTP/1.1 connection of its own, set up and read in the calling
+// goroutine, which answers sooner in a new process (the dsec CLI sets it).
 package dsec
