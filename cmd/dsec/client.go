@@ -14,6 +14,7 @@ func (g *globalFlags) client() (*dsec.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.ShortLived = true
 	return dsec.New(cfg)
 }
 

@@ -58,6 +58,21 @@ func (s *session) run(ctx context.Context) (*dsec.ExitStatus, error) {
 	} else if s.stdin != nil {
 		req.StdinOpen = true
 	}
+	// Signals are caught from before the call. Registering them starts a
+	// thread, made here while the server starts the command rather than
+	// after (about 0.4 ms of a dsec exec's start, bench/cli); one that
+	// comes before the command started goes to it once it has.
+	sigs := make(chan os.Signal, 2)
+	registered := make(chan struct{})
+	go func() {
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+		close(registered)
+	}()
+	defer func() {
+		<-registered
+		signal.Stop(sigs)
+	}()
+
 	p, err := s.sb.Start(ctx, req)
 	if err != nil {
 		return nil, err
@@ -110,10 +125,7 @@ func (s *session) run(ctx context.Context) (*dsec.ExitStatus, error) {
 	}
 
 	var stopped atomic.Bool // by a second signal
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	wg.Go(func() {
-		defer signal.Stop(sigs)
 		forwarded := false
 		for {
 			select {
