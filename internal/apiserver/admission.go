@@ -56,6 +56,9 @@ func (s *Server) create(ctx context.Context, msg *sandboxv1.CreateRequest) (*san
 // project's maximum (filling them in when the defaults exceed it) and that
 // the caller may run the image. It returns the project.
 func (s *Server) checkCreate(ctx context.Context, msg *sandboxv1.CreateRequest) (cluster.Project, error) {
+	if err := checkSandboxCreate(ctx, msg); err != nil {
+		return cluster.Project{}, err
+	}
 	k := keyFrom(ctx)
 	proj, err := s.cfg.Cluster.GetProject(ctx, k.Project)
 	if err != nil {

@@ -97,15 +97,23 @@ func New(cfg Config) *Server {
 }
 
 // Handler returns the HTTP handler of the API and /healthz.
-func (s *Server) Handler() http.Handler {
+func (s *Server) Handler() http.Handler { return s.handler(false) }
+
+// handler is Handler, or SandboxHandler with sandboxes.
+func (s *Server) handler(sandboxes bool) http.Handler {
 	mux := http.NewServeMux()
 	auth := keyAuth{auth: s}
+	interceptors := []connect.Interceptor{s.errorInterceptor(auth)}
+	if sandboxes {
+		auth.sandboxes = s
+		interceptors = []connect.Interceptor{s.errorInterceptor(auth), sandboxGuard{}}
+	}
 	limits := reqlimit.New(s.cfg.MaxRequestBytes)
-	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.errorInterceptor(auth)), limits.ConnectOption())
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(interceptors...), limits.ConnectOption())
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxProxy{s: s}, opts))
 	mux.Handle(imagev1connect.NewImageServiceHandler(&imageAPI{s: s}, opts))
 	mux.Handle(adminv1connect.NewAdminServiceHandler(&adminAPI{s: s}, opts))
-	if s.cfg.Metrics != nil {
+	if s.cfg.Metrics != nil && !sandboxes {
 		mux.Handle("GET /metrics", s.cfg.Metrics.Handler(func(r *http.Request) bool {
 			_, err := auth.authenticate(r.Context(), r.Header.Get("Authorization"))
 			return err == nil

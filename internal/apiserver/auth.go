@@ -25,12 +25,26 @@ func keyFrom(ctx context.Context) cluster.Key {
 	return k
 }
 
-// keyAuth authenticates calls by their bearer key.
+// keyAuth authenticates calls by their bearer key, or, on the API for
+// sandboxes (sandboxes set), by the connection they came on.
 type keyAuth struct {
-	auth Authenticator
+	auth      Authenticator
+	sandboxes *Server
 }
 
 func (a keyAuth) authenticate(ctx context.Context, header string) (context.Context, error) {
+	if a.sandboxes != nil {
+		// The sandbox's connection decides; a key it sends is ignored.
+		sc, _ := ctx.Value(sandboxConnKey{}).(*sandboxConn)
+		if sc == nil {
+			return ctx, errdefs.Newf(errdefs.ErrUnauthenticated, "not a sandbox's connection")
+		}
+		k, err := a.sandboxes.sandboxKey(ctx, sc)
+		if err != nil {
+			return ctx, err
+		}
+		return context.WithValue(ctx, keyCtx{}, k), nil
+	}
 	secret, ok := strings.CutPrefix(header, "Bearer ")
 	if !ok || secret == "" {
 		return ctx, errdefs.Newf(errdefs.ErrUnauthenticated,

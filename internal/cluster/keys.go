@@ -61,6 +61,10 @@ type Key struct {
 	CreatedAt time.Time
 	// ExpiresAt is when the key stops working; zero: never.
 	ExpiresAt time.Time
+	// Sandbox, when set, makes this a sandbox's own key (dsec-api): the
+	// API for sandboxes makes it for each call of that sandbox's
+	// connections; it is never stored.
+	Sandbox string
 }
 
 // Principal is who the key acts as.

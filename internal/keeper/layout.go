@@ -22,6 +22,11 @@ func (l Layout) Socket() string { return filepath.Join(l.RunDir(), "keeper.sock"
 // made at the first sandbox given a network.
 func (l Layout) NetworkDir() string { return filepath.Join(l.RunDir(), "net") }
 
+// SandboxAPISocket is where dsec up serves the API to sandboxes whose
+// policy allows dsec-api; the node's proxy (in the keeper) connects to it
+// and says which sandbox each connection is from.
+func (l Layout) SandboxAPISocket() string { return filepath.Join(l.RunDir(), "sandbox-api.sock") }
+
 // SandboxesDir holds one directory per sandbox.
 func (l Layout) SandboxesDir() string { return filepath.Join(l.StateDir, "sandboxes") }
 

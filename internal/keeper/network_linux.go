@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -141,7 +142,7 @@ func (k *Keeper) netNode() (*netproxy.Node, error) {
 	}
 	n, err := netproxy.OpenNode(netproxy.NodeConfig{
 		Dir: k.l.NetworkDir(), Pool: k.cfg.NetworkPool, Catalogue: k.catalogue(), Logger: k.log,
-		Proxy: netproxy.Config{Dial: k.net.dial},
+		Proxy: netproxy.Config{Dial: k.net.dial, API: k.dialSandboxAPI},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open the node's network router: %w", err)
@@ -156,6 +157,26 @@ func (k *Keeper) netNode() (*netproxy.Node, error) {
 		f.Close()
 	}
 	return n, nil
+}
+
+// dialSandboxAPI connects to dsec up's API for sandboxes (a socket only
+// root can open) and says which sandbox the connection is from, in the
+// preamble netpolicy.SandboxAPIPreamble writes.
+func (k *Keeper) dialSandboxAPI(ctx context.Context, sandbox string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", k.l.SandboxAPISocket())
+	if err != nil {
+		return nil, fmt.Errorf("the platform's API for sandboxes: %w", err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetWriteDeadline(dl)
+	}
+	if _, err := c.Write(netpolicy.SandboxAPIPreamble(sandbox)); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("the platform's API for sandboxes: %w", err)
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	return c, nil
 }
 
 // openedNode returns the node's network if it is open.

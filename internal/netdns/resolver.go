@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/miekg/dns"
 )
 
@@ -53,7 +54,15 @@ type Sandbox struct {
 	ID string
 	// Policy judges its names; a nil Policy allows none.
 	Policy Policy
+	// API, when valid, is the address the platform's API name
+	// (netpolicy.APIName) has for this sandbox, its gateway: set while its
+	// policy allows dsec-api. Otherwise the name does not exist for it.
+	API netip.Addr
 }
+
+// apiTTL is the TTL of the API name's answer: a policy that stops allowing
+// the API also stops the connections, so a cached answer gives nothing.
+const apiTTL = 5
 
 // Config configures a Resolver. Its zero value works: it forwards to the
 // resolvers of /etc/resolv.conf with the defaults below.
@@ -402,6 +411,18 @@ func (r *Resolver) answer(ctx context.Context, st *sandboxState, sb Sandbox, req
 	name, ok := canonical(q.Name)
 	if !ok {
 		return fail(dns.RcodeNameError)
+	}
+	if name == netpolicy.APIName {
+		if !sb.API.IsValid() {
+			if r.cfg.Denied != nil {
+				r.cfg.Denied(sb.ID, name)
+			}
+			return fail(dns.RcodeNameError)
+		}
+		if q.Qtype == dns.TypeA && sb.API.Is4() {
+			resp.Answer = append(resp.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: apiTTL}, A: sb.API.AsSlice()})
+		}
+		return resp
 	}
 	if sb.Policy == nil || !sb.Policy.AllowName(name) {
 		if r.cfg.Denied != nil {

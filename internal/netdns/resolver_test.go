@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/google/go-cmp/cmp"
 	"github.com/miekg/dns"
 	"go.uber.org/goleak"
@@ -717,5 +718,30 @@ func TestTCPConnsPerSandbox(t *testing.T) {
 	// The other sandbox is not held to a's connections.
 	if resp := e.ask(t, "127.0.0.2", "tcp", "pypi.test", dns.TypeA); len(resp.Answer) != 1 {
 		t.Errorf("sandbox b over TCP: %v, want the address", resp)
+	}
+}
+
+// TestAPIName: the platform's API name answers the gateway given for a
+// sandbox whose policy allows dsec-api, only as an A record and without
+// asking upstream; for another it does not exist (whatever its policy
+// says of the name), and an allowed suffix does not make it exist.
+func TestAPIName(t *testing.T) {
+	e := newEnv(t, Config{}, suffixPolicy{"internal"}, nil)
+	gw := netip.MustParseAddr("100.64.0.4")
+	e.udp = e.serve(t, sandboxByIP{
+		"127.0.0.1": {ID: "a", Policy: suffixPolicy{"internal"}},
+		"127.0.0.2": {ID: "b", Policy: testPolicy, API: gw},
+	})
+	if resp := e.ask(t, "127.0.0.2", "udp", netpolicy.APIName, dns.TypeA); resp.Rcode != dns.RcodeSuccess || !slices.Equal(addrs(t, resp), []string{gw.String()}) {
+		t.Errorf("b: %s A = %v, want %s", netpolicy.APIName, resp, gw)
+	}
+	if resp := e.ask(t, "127.0.0.2", "udp", strings.ToUpper(netpolicy.APIName), dns.TypeAAAA); resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 0 {
+		t.Errorf("b: %s AAAA = %v, want no address", netpolicy.APIName, resp)
+	}
+	if resp := e.ask(t, "127.0.0.1", "udp", netpolicy.APIName, dns.TypeA); resp.Rcode != dns.RcodeNameError {
+		t.Errorf("a (no dsec-api, *.internal allowed): %s = %v, want NXDOMAIN", netpolicy.APIName, resp)
+	}
+	if n := e.up.total(); n != 0 {
+		t.Errorf("upstream got %d queries (%v), want none", n, e.up.names())
 	}
 }

@@ -207,6 +207,12 @@ const (
 	// node's...) and no operator entry opens it; Decision.Rule, when not
 	// zero, is an allow rule that matched but cannot open it.
 	ReasonSpecial
+	// ReasonAPI: a connection to the platform's API (the gateway's
+	// APIPort), allowed exactly when the policy allows dsec-api.
+	ReasonAPI
+	// ReasonNoAPI: the same, on a node that does not serve the API to
+	// sandboxes.
+	ReasonNoAPI
 )
 
 // Decision is the verdict on one Dest.
@@ -234,6 +240,13 @@ func (d Decision) String() string {
 		return fmt.Sprintf("denied by rule %d (%s)", d.Rule, d.RuleText)
 	case ReasonOpen:
 		return "allowed: the policy is open"
+	case ReasonAPI:
+		if d.Allow {
+			return "allowed: the policy allows dsec-api, the platform's API"
+		}
+		return "denied: the policy does not allow dsec-api, the platform's API"
+	case ReasonNoAPI:
+		return "denied: this node does not serve the platform's API to sandboxes"
 	case ReasonNone:
 		return "denied: the sandbox has no network (mode none)"
 	case ReasonSpecial:

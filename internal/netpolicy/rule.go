@@ -355,6 +355,15 @@ func parseCIDR(s string) (netip.Prefix, error) {
 // domain or address: the proxy recognises it (see Policy.AllowAPI).
 const ServiceAPI = "dsec-api"
 
+// APIName and APIPort are where a sandbox whose policy allows dsec-api
+// finds the platform's API: the node resolver answers APIName with the
+// sandbox's gateway, and the proxy takes the gateway's APIPort to the API
+// (plain HTTP inside the node; the sandbox's own key goes with it).
+const (
+	APIName = "api.dsec.internal"
+	APIPort = 80
+)
+
 // checkServiceName checks a service's name: a lower-case letter, then up
 // to 62 lower-case letters, digits and hyphens, not ending in a hyphen.
 func checkServiceName(s string) error {
@@ -464,4 +473,31 @@ func ruleError(i int, r Rule, err error) error {
 // invalid returns an InvalidArgument error with a message for users.
 func invalid(format string, args ...any) error {
 	return errdefs.Newf(errdefs.ErrInvalidArgument, format, args...)
+}
+
+// The preamble of a connection to the platform's API for sandboxes: the
+// node's proxy, the only client of that socket, writes it before the
+// sandbox's bytes; the API takes the connection's calls as the sandbox's.
+const (
+	apiPreambleMagic = "DSEC-SANDBOX-API 1 "
+	// MaxAPIPreamble bounds the preamble's line, its newline included.
+	MaxAPIPreamble = len(apiPreambleMagic) + 128 + 1
+)
+
+// SandboxAPIPreamble returns the preamble for sandbox id.
+func SandboxAPIPreamble(id string) []byte { return []byte(apiPreambleMagic + id + "\n") }
+
+// ParseSandboxAPIPreamble returns the sandbox a preamble line (its newline
+// included) names.
+func ParseSandboxAPIPreamble(line []byte) (string, error) {
+	s := string(line)
+	id, ok := strings.CutPrefix(s, apiPreambleMagic)
+	if !ok || !strings.HasSuffix(id, "\n") {
+		return "", fmt.Errorf("not a sandbox API preamble")
+	}
+	id = strings.TrimSuffix(id, "\n")
+	if id == "" || len(id) > 128 || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		return "", fmt.Errorf("sandbox API preamble: bad sandbox ID %.80q", id)
+	}
+	return id, nil
 }

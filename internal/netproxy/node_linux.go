@@ -233,7 +233,7 @@ func (n *Node) Attach(id string, nsFd int, pol *netpolicy.Policy) (netns.Link, e
 			return netns.Link{}, err
 		}
 	}
-	if _, err := n.proxy.Set(id, l.SandboxAddr, pol); err != nil {
+	if _, err := n.proxy.Set(id, l.SandboxAddr, l.RouterAddr, pol); err != nil {
 		if !ok {
 			n.router.Detach(id)
 		}
@@ -250,7 +250,7 @@ func (n *Node) Restore(id string, pol *netpolicy.Policy) (netns.Link, bool, erro
 	if !ok {
 		return netns.Link{}, false, nil
 	}
-	_, err := n.proxy.Set(id, l.SandboxAddr, pol)
+	_, err := n.proxy.Set(id, l.SandboxAddr, l.RouterAddr, pol)
 	if err == nil {
 		n.udp.rejudge(id, pol)
 	}
@@ -264,7 +264,7 @@ func (n *Node) SetPolicy(id string, pol *netpolicy.Policy) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("sandbox %s has no network: %w", id, errdefs.ErrNotFound)
 	}
-	cut, err := n.proxy.Set(id, l.SandboxAddr, pol)
+	cut, err := n.proxy.Set(id, l.SandboxAddr, l.RouterAddr, pol)
 	if err != nil {
 		return cut, err
 	}

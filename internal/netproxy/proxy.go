@@ -45,6 +45,11 @@ type Config struct {
 	Burst int
 	// MaxNodeConns bounds the node's connections at once. Default 16,384.
 	MaxNodeConns int
+	// API, when set, connects a sandbox whose policy allows dsec-api to
+	// the platform's API (the connection to its gateway's
+	// netpolicy.APIPort goes there), saying which sandbox it is from.
+	// Nil: dsec-api is refused.
+	API func(ctx context.Context, sandbox string) (net.Conn, error)
 	// Logger receives warnings. Default: discard.
 	Logger *slog.Logger
 }
@@ -126,9 +131,11 @@ func New(cfg Config) *Proxy {
 
 // sandbox is one sandbox's state in the proxy.
 type sandbox struct {
-	id     string
-	addr   netip.Addr
-	policy atomic.Pointer[netpolicy.Policy]
+	id   string
+	addr netip.Addr
+	// gateway is the router's end of its link, where it finds the API.
+	gateway atomic.Pointer[netip.Addr]
+	policy  atomic.Pointer[netpolicy.Policy]
 
 	bytesOut, bytesIn, connsOut, active, denied, dnsQueries, dnsDenied atomic.Int64
 
@@ -145,8 +152,10 @@ type sandbox struct {
 // conn is an allowed connection, kept so that a policy update can judge
 // it again.
 type conn struct {
-	dest   netpolicy.Dest
-	names  []string
+	dest  netpolicy.Dest
+	names []string
+	// api: the connection goes to the platform's API (dsec-api).
+	api    bool
 	client *net.TCPConn
 	mu     sync.Mutex
 	// guarded by mu
@@ -167,11 +176,11 @@ func (c *conn) close() {
 	}
 }
 
-// Set registers sandbox id at source address addr under policy pol, or
-// replaces its policy: new connections see pol at once, and established
-// ones pol no longer allows are cut before Set returns. It returns how
-// many were cut.
-func (p *Proxy) Set(id string, addr netip.Addr, pol *netpolicy.Policy) (int, error) {
+// Set registers sandbox id at source address addr, with gateway (the
+// router's end of its link) under policy pol, or replaces its policy: new
+// connections see pol at once, and established ones pol no longer allows
+// are cut before Set returns. It returns how many were cut.
+func (p *Proxy) Set(id string, addr, gateway netip.Addr, pol *netpolicy.Policy) (int, error) {
 	if pol == nil {
 		return 0, errors.New("netproxy: nil policy")
 	}
@@ -192,6 +201,8 @@ func (p *Proxy) Set(id string, addr netip.Addr, pol *netpolicy.Policy) (int, err
 	}
 	p.byAddr[addr] = sb
 	p.mu.Unlock()
+	gw := gateway.Unmap()
+	sb.gateway.Store(&gw)
 	sb.policy.Store(pol)
 	return sb.rejudge(pol), nil
 }
@@ -201,7 +212,7 @@ func (sb *sandbox) rejudge(pol *netpolicy.Policy) int {
 	sb.mu.Lock()
 	var cut []*conn
 	for c := range sb.conns {
-		if !decide(pol, c.dest, c.names).Allow {
+		if !c.allowed(pol) {
 			cut = append(cut, c)
 			delete(sb.conns, c)
 		}
@@ -211,6 +222,14 @@ func (sb *sandbox) rejudge(pol *netpolicy.Policy) int {
 		c.close()
 	}
 	return len(cut)
+}
+
+// allowed says whether pol allows the established connection c.
+func (c *conn) allowed(pol *netpolicy.Policy) bool {
+	if c.api {
+		return pol.AllowAPI()
+	}
+	return decide(pol, c.dest, c.names).Allow
 }
 
 // Remove forgets sandbox id and cuts its connections.
@@ -304,7 +323,11 @@ func (p *Proxy) Sandbox(remote net.Addr) (netdns.Sandbox, bool) {
 		return netdns.Sandbox{}, false
 	}
 	sb.dnsQueries.Add(1)
-	return netdns.Sandbox{ID: sb.id, Policy: (*livePolicy)(sb)}, true
+	view := netdns.Sandbox{ID: sb.id, Policy: (*livePolicy)(sb)}
+	if pol := sb.policy.Load(); pol != nil && pol.AllowAPI() && p.cfg.API != nil {
+		view.API = *sb.gateway.Load()
+	}
+	return view, true
 }
 
 // livePolicy judges names by the sandbox's policy of the moment.
@@ -490,8 +513,10 @@ func (p *Proxy) handle(ctx context.Context, client *net.TCPConn) {
 		return
 	}
 	c := &conn{dest: d, names: names, client: client}
+	// A connection to the gateway's API port is for the platform's API.
+	c.api = dst.Port() == netpolicy.APIPort && dst.Addr().Unmap() == *sb.gateway.Load()
 	pol := sb.policy.Load()
-	dec := decide(pol, d, names)
+	dec := c.decide(pol, p.cfg.API != nil)
 	if dec.Allow {
 		// Registered before the policy is read again: an update between
 		// the two either sees this connection or is seen here.
@@ -503,7 +528,7 @@ func (p *Proxy) handle(ctx context.Context, client *net.TCPConn) {
 			sb.conns[c] = struct{}{}
 			sb.mu.Unlock()
 			if now := sb.policy.Load(); now != pol {
-				dec = decide(now, d, names)
+				dec = c.decide(now, p.cfg.API != nil)
 			}
 		}
 	}
@@ -518,7 +543,12 @@ func (p *Proxy) handle(ctx context.Context, client *net.TCPConn) {
 	sb.connsOut.Add(1)
 
 	dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-	up, err := p.cfg.Dial(dctx, "tcp", dst.String())
+	var up net.Conn
+	if c.api {
+		up, err = p.cfg.API(dctx, sb.id)
+	} else {
+		up, err = p.cfg.Dial(dctx, "tcp", dst.String())
+	}
 	cancel()
 	if err != nil {
 		reset(client)
@@ -542,6 +572,18 @@ func (p *Proxy) handle(ctx context.Context, client *net.TCPConn) {
 		sb.bytesOut.Add(int64(len(head)))
 	}
 	pipe(sb, client, up)
+}
+
+// decide judges a new connection c under pol; serving says whether the
+// node serves the platform's API.
+func (c *conn) decide(pol *netpolicy.Policy, serving bool) netpolicy.Decision {
+	if !c.api {
+		return decide(pol, c.dest, c.names)
+	}
+	if pol.AllowAPI() && !serving {
+		return netpolicy.Decision{Reason: netpolicy.ReasonNoAPI}
+	}
+	return netpolicy.Decision{Allow: pol.AllowAPI(), Reason: netpolicy.ReasonAPI}
 }
 
 func (sb *sandbox) drop(c *conn) {

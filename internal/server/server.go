@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dsecproject/dsec/internal/apiserver"
@@ -31,6 +33,7 @@ import (
 	"github.com/dsecproject/dsec/internal/edge/backend/container"
 	"github.com/dsecproject/dsec/internal/edgeclient"
 	"github.com/dsecproject/dsec/internal/errdefs"
+	"github.com/dsecproject/dsec/internal/keeper"
 	"github.com/dsecproject/dsec/internal/metrics"
 	"github.com/dsecproject/dsec/internal/netpolicy"
 	"github.com/dsecproject/dsec/internal/placement"
@@ -302,6 +305,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	srv := &http.Server{Handler: api.Handler(), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second}
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(ln) }()
+	stopSandboxAPI, err := serveSandboxAPI(keeper.Layout{StateDir: cfg.StateDir}.SandboxAPISocket(), api, log)
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-srvDone
+		return err
+	}
+	defer stopSandboxAPI()
 	ready.Store(true)
 	addr := "http://" + ln.Addr().String()
 	stopFusion := func() {}
@@ -349,6 +361,45 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	_ = srv.Shutdown(sctx)
 	<-srvDone
 	return nil
+}
+
+// serveSandboxAPI serves the API for sandboxes (dsec-api) on a Unix
+// socket at path that only root can open: the node's egress proxy, in the
+// keeper, is its only client. It returns the function that stops it.
+func serveSandboxAPI(path string, api *apiserver.Server, log *slog.Logger) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("the API for sandboxes: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("the API for sandboxes: %w", err)
+	}
+	// Made with no access for anyone but root from the start: a sandbox's
+	// processes never see the state dir, and no other local user may
+	// speak for a sandbox.
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("the API for sandboxes: listen on %s: %w", path, err)
+	}
+	srv := &http.Server{
+		Handler: api.SandboxHandler(), Protocols: h2c(), ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: apiserver.SandboxConnContext,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(apiserver.SandboxListener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("the API for sandboxes stopped", "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
 }
 
 // h2c serves HTTP/1.1 and HTTP/2 without TLS (prior knowledge), so gRPC
