@@ -212,7 +212,9 @@ type testNode struct {
 	source int
 }
 
-func newTestNode(t testing.TB) *testNode {
+// newTestNode makes a test node; each of with may change its proxy's
+// configuration (its Dial dials the test's world).
+func newTestNode(t testing.TB, with ...func(*Config)) *testNode {
 	t.Helper()
 	testenv.RequireRoot(t)
 	world := newWorld(t)
@@ -232,7 +234,11 @@ ports = [%d, %d]
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	n, err := OpenNode(NodeConfig{Dir: dir, Catalogue: cat, Proxy: Config{Dial: world.dialer()}})
+	pcfg := Config{Dial: world.dialer()}
+	for _, w := range with {
+		w(&pcfg)
+	}
+	n, err := OpenNode(NodeConfig{Dir: dir, Catalogue: cat, Proxy: pcfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,6 +161,8 @@ type conn struct {
 	// guarded by mu
 	upstream net.Conn
 	cut      bool
+	// cancelDial ends the dial in flight, if any.
+	cancelDial context.CancelFunc
 }
 
 // close cuts both sides; the client gets a reset.
@@ -168,6 +170,9 @@ func (c *conn) close() {
 	c.mu.Lock()
 	c.cut = true
 	up := c.upstream
+	if c.cancelDial != nil {
+		c.cancelDial()
+	}
 	c.mu.Unlock()
 	c.client.SetLinger(0)
 	c.client.Close()
@@ -542,7 +547,18 @@ func (p *Proxy) handle(ctx context.Context, client *net.TCPConn) {
 	defer sb.drop(c)
 	sb.connsOut.Add(1)
 
+	// A cut (a revoke, the sandbox's deletion) ends the dial too: a
+	// sandbox gone must not leave one waiting out DialTimeout.
 	dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	c.mu.Lock()
+	if c.cut {
+		c.mu.Unlock()
+		cancel()
+		reset(client)
+		return
+	}
+	c.cancelDial = cancel
+	c.mu.Unlock()
 	var up net.Conn
 	if c.api {
 		up, err = p.cfg.API(dctx, sb.id)
