@@ -580,6 +580,11 @@ func (p *Proxy) handle(ctx context.Context, client *net.TCPConn) {
 	c.mu.Unlock()
 	defer up.Close()
 	defer client.Close()
+	if !c.api && len(head) > 0 && head[0] != 0x16 && looksHTTP(head) {
+		// Plain HTTP/1: every request is judged (http1.go).
+		p.pipeHTTP1(sb, c, client, up, head)
+		return
+	}
 	if len(head) > 0 {
 		if _, err := up.Write(head); err != nil {
 			reset(client)
