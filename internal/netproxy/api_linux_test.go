@@ -126,4 +126,3 @@ func TestCutDialInFlight(t *testing.T) {
 		t.Error("the dial in flight outlived its sandbox by 5 s")
 	}
 }
-
