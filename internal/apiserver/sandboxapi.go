@@ -111,13 +111,13 @@ func (s *Server) sandboxKey(ctx context.Context, sc *sandboxConn) (cluster.Key, 
 	}
 	conn, err := s.edgeFor(ctx, sc.id)
 	if err != nil {
-		return cluster.Key{}, errdefs.Newf(errdefs.ErrUnauthenticated, "sandbox %s: %v", sc.id, err)
+		return cluster.Key{}, err
 	}
 	req := connect.NewRequest(&sandboxv1.GetRequest{Id: sc.id})
 	caller.Caller{Admin: true, KeyID: "dsec-api"}.SetHeader(req.Header())
 	resp, err := conn.Sandbox.Get(ctx, req)
 	if err != nil {
-		return cluster.Key{}, errdefs.Newf(errdefs.ErrUnauthenticated, "sandbox %s is not known here: %v", sc.id, edgeErr(conn.Name, err))
+		return cluster.Key{}, edgeErr(conn.Name, err)
 	}
 	sb := resp.Msg.GetSandbox()
 	if sb.GetState() != sandboxv1.State_STATE_RUNNING {
