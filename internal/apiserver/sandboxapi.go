@@ -14,7 +14,6 @@ import (
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/internal/caller"
 	"github.com/dsecproject/dsec/internal/cluster"
-	"github.com/dsecproject/dsec/internal/edge"
 	"github.com/dsecproject/dsec/internal/errdefs"
 	"github.com/dsecproject/dsec/internal/netpolicy"
 )
@@ -185,11 +184,10 @@ func checkSandboxCreate(ctx context.Context, msg *sandboxv1.CreateRequest) error
 	if k.Sandbox == "" {
 		return nil
 	}
-	spec, err := edge.NetworkSpecOf(msg.GetNetwork())
-	if err != nil {
-		return err
-	}
-	if spec != nil && (spec.Mode != netpolicy.ModeNone || len(spec.Rules) > 0) {
+	// Any policy but none, as written, is refused (its rules are the
+	// edge's to read).
+	n := msg.GetNetwork()
+	if n != nil && (len(n.GetRules()) > 0 || n.GetMode() != "" && n.GetMode() != "none" || n.GetText() != "" && n.GetText() != "none") {
 		return errdefs.Newf(errdefs.ErrPermissionDenied, "a sandbox's own key (dsec-api) creates sandboxes without network: drop the network policy (sandbox %s asked for one)", k.Sandbox)
 	}
 	return nil
