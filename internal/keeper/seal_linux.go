@@ -301,6 +301,16 @@ func (c *containerDriver) killAllButInit(ctx context.Context, slot string, init 
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
+		// Out of the group, a killed process may still be a zombie its
+		// parent (the init, at the latest) has not reaped: the sealed
+		// command would list it. The init reaps while thawed; a second
+		// at most is given to that (a zombie is dead all the same).
+		for reap := time.Now().Add(time.Second); kctx.Err() == nil && time.Now().Before(reap); {
+			if !slices.ContainsFunc(pids, func(p int) bool { return unix.Kill(p, 0) == nil }) {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
 		if err := c.cg.Freeze(kctx, slot); err != nil {
 			return err
 		}
