@@ -205,7 +205,7 @@ func (k *Keeper) serve(ctx context.Context, stop func()) error {
 	// Find the sealed execs' busybox while the node is calm, not at the
 	// first sealed exec, which may come while sandboxes exhaust the host's
 	// processes or files.
-	go func() { _, _, _ = findSealTools() }()
+	go func() { _, _, _ = findSealTools(k.run) }()
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

@@ -75,7 +75,16 @@ var sealTools struct {
 
 var appletRe = lazyregexp.New(`^[a-zA-Z0-9_.\[-]{1,64}$`)
 
-func findSealTools() (string, []string, error) {
+// execOutput runs argv with os/exec and returns its standard output: for
+// tests, and callers with no reaper of their own.
+func execOutput(_ context.Context, argv []string, _ []uintptr) ([]byte, error) {
+	return exec.Command(argv[0], argv[1:]...).Output()
+}
+
+// findSealTools finds the host's static busybox and its applets, running
+// busybox through run (the keeper's k.run: its reaper is the only waiter
+// for its children, so os/exec must not be used there).
+func findSealTools(run func(ctx context.Context, argv []string, extra []uintptr) ([]byte, error)) (string, []string, error) {
 	sealTools.mu.Lock()
 	defer sealTools.mu.Unlock()
 	if sealTools.path != "" {
@@ -92,7 +101,9 @@ func findSealTools() (string, []string, error) {
 			}
 			continue
 		}
-		out, err := exec.Command(p, "--list").Output()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := run(ctx, []string{p, "--list"}, nil)
+		cancel()
 		if err != nil {
 			failed = p // out of processes or memory, say
 			continue
@@ -165,7 +176,7 @@ func (c *containerDriver) execSealed(ctx context.Context, b *box, spec ExecSpec,
 	if err := CheckNamespaces(info.Pid, info.NS); err != nil {
 		return 0, nil, fmt.Errorf("sandbox %s: %w", info.ID, err)
 	}
-	busybox, applets, err := findSealTools()
+	busybox, applets, err := findSealTools(c.k.run)
 	if err != nil {
 		return 0, nil, err
 	}

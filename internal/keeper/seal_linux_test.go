@@ -1,6 +1,7 @@
 package keeper
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -55,20 +56,47 @@ func TestSealToolsNotRunnable(t *testing.T) {
 	sealTools.path, sealTools.applets = "", nil
 	sealTools.mu.Unlock()
 	sealBusyboxPaths = []string{filepath.Join(dir, "none"), bb}
-	if _, _, err := findSealTools(); !errdefs.Is(err, errdefs.ErrUnavailable) {
+	if _, _, err := findSealTools(execOutput); !errdefs.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("findSealTools with a busybox that cannot run = %v, want Unavailable", err)
 	}
 	if err := os.Chmod(bb, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if p, applets, err := findSealTools(); err != nil || p != bb || len(applets) == 0 {
+	if p, applets, err := findSealTools(execOutput); err != nil || p != bb || len(applets) == 0 {
 		t.Errorf("findSealTools once it runs = %q, %d applets, %v; want it found (nothing cached from the failure)", p, len(applets), err)
 	}
 	sealTools.mu.Lock()
 	sealTools.path, sealTools.applets = "", nil
 	sealTools.mu.Unlock()
 	sealBusyboxPaths = []string{filepath.Join(dir, "none")}
-	if _, _, err := findSealTools(); !errdefs.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, _, err := findSealTools(execOutput); !errdefs.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("findSealTools with no busybox = %v, want FailedPrecondition", err)
+	}
+}
+
+// The keeper's reaper waits for every child (wait4(-1)), so the sealed
+// execs' busybox is asked for its applets through the reaper too: an
+// os/exec child of the keeper loses its exit status to the reaper and
+// reads as "could not be run just now".
+func TestSealToolsBesideTheReaper(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root: it makes the test process a child subreaper's reaper")
+	}
+	k := &Keeper{log: slog.New(slog.DiscardHandler), reaper: newReaper()}
+	defer k.reaper.close()
+	saved := sealBusyboxPaths
+	t.Cleanup(func() { sealBusyboxPaths = saved })
+	sealBusyboxPaths = []string{"/bin/busybox"}
+	reset := func() {
+		sealTools.mu.Lock()
+		sealTools.path, sealTools.applets = "", nil
+		sealTools.mu.Unlock()
+	}
+	defer reset()
+	for i := range 50 {
+		reset()
+		if p, applets, err := findSealTools(k.run); err != nil || len(applets) == 0 {
+			t.Fatalf("findSealTools beside the reaper, try %d = %q, %d applets, %v; want busybox's applets", i, p, len(applets), err)
+		}
 	}
 }
