@@ -176,6 +176,26 @@ func footprintOf(t *testing.T, p *platform, kc *keeper.Client, keeperPid int) ne
 	return f
 }
 
+// settledFootprint is footprintOf once the keeper's descriptors stay the
+// same for three reads 100 ms apart (up to 5 s): the keeper holds a pidfd
+// for a moment after a command it ran has ended (Go's os.Process), and a
+// footprint taken in that moment would expect it back after the deletes.
+func settledFootprint(t *testing.T, p *platform, kc *keeper.Client, keeperPid int) netFootprint {
+	t.Helper()
+	f := footprintOf(t, p, kc, keeperPid)
+	for same, deadline := 0, time.Now().Add(5*time.Second); same < 2 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		g := footprintOf(t, p, kc, keeperPid)
+		if slices.Equal(g.keeperFds, f.keeperFds) {
+			same++
+		} else {
+			same = 0
+		}
+		f = g
+	}
+	return f
+}
+
 // TestNetworkLeak is the cleanup check: many sandboxes with
 // network (64 MiB each, so that admission holds them) made in one batch
 // and deleted leave no link (in the router's namespace or the host's), no
@@ -223,7 +243,7 @@ func TestNetworkLeak(t *testing.T) {
 	if _, err := first.Shell(ctx, "nslookup pypi.org >/dev/null 2>&1; nslookup registry.npmjs.org >/dev/null 2>&1; true"); err != nil {
 		t.Fatal(err)
 	}
-	before := footprintOf(t, p, kc, v.Pid)
+	before := settledFootprint(t, p, kc, v.Pid)
 	if before.node.Links != 1 || before.node.ProxySandboxes != 1 {
 		t.Fatalf("NodeNetwork with one networked sandbox = %+v, want one link and one sandbox in the proxy", before.node)
 	}
