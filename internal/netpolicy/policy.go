@@ -188,6 +188,12 @@ type Dest struct {
 	// node resolver, still within their TTL, as the resolver recorded
 	// them.
 	Resolved []string
+	// Local says that the node's kernel delivers Addr to the node itself
+	// (one of its own addresses, loopback, a broadcast), as the caller
+	// found when it judged the connection. It makes Addr special as
+	// Catalogue.Local does, for an address the node gained after its
+	// catalogue's Local was taken.
+	Local bool
 }
 
 // Reason says why a decision was made.
@@ -322,7 +328,7 @@ func (m match) better(best match) bool {
 //   - A CIDR rule matches on Addr alone.
 //   - UDP (other than DNS, which the node resolver answers) matches CIDR
 //     rules only; mode open does not allow it.
-//   - Special addresses (Special, Catalogue.Local) are allowed only by an
+//   - Special addresses (Special, Catalogue.Local, Dest.Local) are allowed only by an
 //     operator catalogue entry's match, or by a match on a name of the
 //     operator's [hosts] whose listed addresses hold Addr.
 func (p *Policy) Decide(d Dest) Decision {
@@ -337,6 +343,9 @@ func (p *Policy) Decide(d Dest) Decision {
 	}
 	proto := d.Protocol.proto()
 	class, special := Special(a)
+	if !special && d.Local {
+		class, special = "node", true
+	}
 	if !special {
 		for _, l := range p.cat.Local {
 			if l.Contains(a) {

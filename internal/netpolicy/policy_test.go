@@ -121,6 +121,9 @@ func TestDecide(t *testing.T) {
 		{"NAT64 of a private address", "allow=::/0", builtin, Dest{Addr: ip("64:ff9b::a00:1"), Port: 80}, want{false, 1, "NAT64"}, ReasonSpecial},
 		{"public name resolved to private (rebinding)", "allow=example.com", builtin, Dest{Addr: ip("192.168.1.1"), Port: 443, Name: "example.com", Resolved: []string{"example.com"}}, want{false, 1, "private"}, ReasonSpecial},
 		{"node's own address", "allow=0.0.0.0/0", cat, Dest{Addr: ip("203.0.114.9"), Port: 22}, want{false, 1, "(node)"}, ReasonSpecial},
+		{"a public address the node gained after its catalogue was taken", "open", builtin, Dest{Addr: ip(pub), Port: 22, Local: true}, want{false, 0, "(node)"}, ReasonSpecial},
+		{"a node's later address under a CIDR allow", "allow=151.101.0.0/16", builtin, Dest{Addr: ip(pub), Port: 443, Local: true}, want{false, 1, "(node)"}, ReasonSpecial},
+		{"an operator entry still opens a node's later address", "allow=mirror", cat, Dest{Addr: ip("10.20.0.99"), Port: 8080, Local: true}, want{true, 1, ""}, ReasonRule},
 		{"deny still decides a private address", "deny=10.0.0.0/8", builtin, Dest{Addr: ip("10.0.0.1"), Port: 443}, want{false, 1, "denied by rule 1"}, ReasonRule},
 
 		// Operator entries open private addresses.

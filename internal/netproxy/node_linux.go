@@ -42,6 +42,7 @@ type NodeConfig struct {
 // proxy and the resolver, serving from Open until Close.
 type Node struct {
 	router *netns.Router
+	routes *hostRoutes // the host's routes: is a destination the node's own
 	proxy  *Proxy
 	res    *netdns.Resolver
 	udp    *udpRelay
@@ -71,18 +72,24 @@ func OpenNode(cfg NodeConfig) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	routes, err := newHostRoutes()
+	if err != nil {
+		return nil, err
+	}
 	r, err := netns.Open(cfg.Dir, cfg.Pool)
 	if err != nil {
+		routes.close()
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			r.Close()
+			routes.close()
 		}
 	}()
 	c := *cat
 	c.Local = append(append(append([]netip.Prefix(nil), cat.Local...), local...), r.Pool())
-	n = &Node{router: r, cat: &c, log: cfg.Logger}
+	n = &Node{router: r, routes: routes, cat: &c, log: cfg.Logger}
 
 	var (
 		ln    net.Listener
@@ -142,6 +149,9 @@ func OpenNode(cfg NodeConfig) (n *Node, err error) {
 	}
 	pcfg := cfg.Proxy
 	pcfg.Resolved = res.Resolved
+	if pcfg.Local == nil {
+		pcfg.Local = routes.local
+	}
 	if pcfg.Logger == nil {
 		pcfg.Logger = cfg.Logger
 	}
@@ -338,6 +348,7 @@ func (n *Node) Close() error {
 	n.cancel()
 	n.wg.Wait()
 	n.res.Close()
+	n.routes.close()
 	return n.router.Close()
 }
 
@@ -347,6 +358,7 @@ func (n *Node) Destroy() error {
 	n.cancel()
 	n.wg.Wait()
 	n.res.Close()
+	n.routes.close()
 	if err := netfw.Remove(n.router.NSFd()); err != nil {
 		n.log.Warn("remove router firewall", "err", err)
 	}

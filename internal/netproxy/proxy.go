@@ -50,6 +50,13 @@ type Config struct {
 	// netpolicy.APIPort goes there), saying which sandbox it is from.
 	// Nil: dsec-api is refused.
 	API func(ctx context.Context, sandbox string) (net.Conn, error)
+	// Local reports whether the node delivers a connection to the
+	// address to itself (one of its own addresses, loopback, a
+	// broadcast): asked for every connection and UDP flow, so that an
+	// address the node gained after the catalogue's Local was taken is
+	// special too (netpolicy.Dest.Local). OpenNode asks the host's
+	// routing table. Default: never.
+	Local func(netip.Addr) bool
 	// Logger receives warnings. Default: discard.
 	Logger *slog.Logger
 }
@@ -57,6 +64,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Resolved == nil {
 		c.Resolved = func(string, netip.Addr) []string { return nil }
+	}
+	if c.Local == nil {
+		c.Local = func(netip.Addr) bool { return false }
 	}
 	if c.PeekTimeout <= 0 {
 		c.PeekTimeout = 300 * time.Millisecond
@@ -506,7 +516,7 @@ func (p *Proxy) handle(ctx context.Context, client *net.TCPConn) {
 	defer sb.active.Add(-1)
 
 	head, names, bad := p.peek(client)
-	d := netpolicy.Dest{Addr: dst.Addr().Unmap(), Port: dst.Port(), Protocol: netpolicy.TCP, Resolved: p.cfg.Resolved(sb.id, dst.Addr().Unmap())}
+	d := netpolicy.Dest{Addr: dst.Addr().Unmap(), Port: dst.Port(), Protocol: netpolicy.TCP, Resolved: p.cfg.Resolved(sb.id, dst.Addr().Unmap()), Local: p.cfg.Local(dst.Addr())}
 	name := ""
 	if len(names) > 0 {
 		name = names[0]

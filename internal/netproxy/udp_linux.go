@@ -328,7 +328,7 @@ func (r *udpRelay) datagram(ctx context.Context, src, dst netip.AddrPort, b []by
 func (r *udpRelay) open(ctx context.Context, sb *sandbox, st *udpState, key flowKey, now time.Time) *udpFlow {
 	pol := sb.policy.Load()
 	dst := key.dst
-	d := netpolicy.Dest{Addr: dst.Addr(), Port: dst.Port(), Protocol: netpolicy.UDP, Resolved: r.p.cfg.Resolved(sb.id, dst.Addr())}
+	d := netpolicy.Dest{Addr: dst.Addr(), Port: dst.Port(), Protocol: netpolicy.UDP, Resolved: r.p.cfg.Resolved(sb.id, dst.Addr()), Local: r.p.cfg.Local(dst.Addr())}
 	if pol == nil {
 		r.deny(st, dst, "denied: the sandbox has no network", now)
 		return nil
