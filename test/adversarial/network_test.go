@@ -1,6 +1,7 @@
 package adversarial
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -138,4 +139,113 @@ func TestNetworkSpoofAnotherSandbox(t *testing.T) {
 	if a3, _ := attacker.Network(ctx); a3.DNSQueries != a2.DNSQueries {
 		t.Errorf("forged queries counted for the attacker: %d then %d", a2.DNSQueries, a3.DNSQueries)
 	}
+}
+
+// TestNetworkNodeAddressGainedLater: the host gains an address after the
+// node's network opened (a new interface, a DHCP lease, a container
+// bridge), and one of its services listens there. A sandbox under open
+// must not reach it: it is the node's own address, like those the node
+// had when its network opened. A public host beside it, on the same new
+// link, is reached (so the refusal is the policy's, not a missing route).
+// Protection: the egress proxy asks the host's routing table, for every
+// connection, whether the destination is local. Seen failing before: the
+// proxy knew only the addresses the host had when the node opened and
+// dialled the new one.
+func TestNetworkNodeAddressGainedLater(t *testing.T) {
+	Env(t)
+	t.Parallel()
+	ctx := Ctx(t, 2*time.Minute)
+	// Created first, so that the node's network is open before the host
+	// gains the address.
+	sb := NewSandbox(t, dsec.CreateOptions{Network: dsec.NetworkFlag("open")})
+	InstallProbe(t, sb)
+	w := newWorld(t, "dsadvlate", "11.0.0.2", "11.0.0.3")
+	hostSvc := (*world)(nil).listenTCP(t, w.hostAddr)
+	worldSvc := w.listenTCP(t, w.addr)
+	got := probe(t, sb, "banner", hostSvc.addr(), worldSvc.addr())
+	if got["banner:"+worldSvc.addr()] != "ok" {
+		t.Errorf("a public host beside the node (%s) from a sandbox under open: %q, want reached", worldSvc.addr(), got["banner:"+worldSvc.addr()])
+	}
+	if got["banner:"+hostSvc.addr()] == "ok" || hostSvc.accepted() != 0 {
+		t.Errorf("a service on the host's new address %s reached from a sandbox under open (%q, %d accepted)", hostSvc.addr(), got["banner:"+hostSvc.addr()], hostSvc.accepted())
+	}
+	info, err := sb.Network(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasDenial(info, hostSvc.addr()+"/tcp", "(node)") {
+		t.Errorf("no denial of %s/tcp naming the node in %+v", hostSvc.addr(), info.Denials)
+	}
+}
+
+// TestNetworkUDP: UDP from a real sandbox (crun, its own network
+// namespace) by a CIDR rule: an echo on the allowed address and port
+// answers, through the node's UDP relay, from the address it was sent
+// to; another port of that address, and a port of the node's own address
+// that a rule names, get nothing (nothing arrives there) and are logged;
+// mode open allows no UDP, and the allowed port answers again when the
+// rule is back.
+func TestNetworkUDP(t *testing.T) {
+	Env(t)
+	t.Parallel()
+	ctx := Ctx(t, 2*time.Minute)
+	// The sandbox first (its network opens the node's), then the world:
+	// the node's address on the world's link is one it gains later.
+	sb := NewSandbox(t, dsec.CreateOptions{Network: dsec.NetworkFlag("open")})
+	InstallProbe(t, sb)
+	w := newWorld(t, "dsadvudp", "11.0.0.0", "11.0.0.1")
+	allowed, denied := w.listenUDP(t, w.addr), w.listenUDP(t, w.addr)
+	node := (*world)(nil).listenUDP(t, w.hostAddr)
+	port := func(e *udpEcho) string { _, p, _ := net.SplitHostPort(e.addr()); return p }
+	flag := dsec.NetworkFlag(fmt.Sprintf("allow=%s:%s/udp,%s:%s/udp", w.addr, port(allowed), w.hostAddr, port(node)))
+	if _, err := sb.UpdateNetwork(ctx, flag, false); err != nil {
+		t.Fatal(err)
+	}
+
+	got := probe(t, sb, "udp", allowed.addr(), denied.addr(), node.addr())
+	want := map[string]string{"udp:" + allowed.addr(): "ok", "udp:" + denied.addr(): "timeout", "udp:" + node.addr(): "timeout"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("UDP from a sandbox allowed to %s (-want +got):\n%s", allowed.addr(), d)
+	}
+	if denied.received() != 0 || node.received() != 0 {
+		t.Errorf("datagrams arrived where no rule allows: %d at %s, %d at the node's %s", denied.received(), denied.addr(), node.received(), node.addr())
+	}
+	info, err := sb.Network(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasDenial(info, denied.addr()+"/udp", "no rule allows it") || !hasDenial(info, node.addr()+"/udp", "(node)") {
+		t.Errorf("denials %+v; want %s/udp (no rule) and %s/udp (the node's)", info.Denials, denied.addr(), node.addr())
+	}
+	if info.BytesOut == 0 || info.BytesIn == 0 {
+		t.Errorf("counters after a relayed echo: out %d, in %d bytes; want both counted", info.BytesOut, info.BytesIn)
+	}
+
+	if _, err := sb.UpdateNetwork(ctx, dsec.NetworkFlag("open"), false); err != nil {
+		t.Fatal(err)
+	}
+	before := allowed.received()
+	if got := probe(t, sb, "udp", allowed.addr()); got["udp:"+allowed.addr()] != "timeout" {
+		t.Errorf("UDP under mode open: %v, want dropped (open allows TCP only)", got)
+	}
+	if n := allowed.received(); n != before {
+		t.Errorf("%d datagrams reached %s under mode open", n-before, allowed.addr())
+	}
+	if _, err := sb.UpdateNetwork(ctx, flag, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := probe(t, sb, "udp", allowed.addr()); got["udp:"+allowed.addr()] != "ok" {
+		t.Errorf("UDP once the rule is back: %v, want answered", got)
+	}
+}
+
+// hasDenial reports whether info holds a denial of dest whose reason
+// says why.
+func hasDenial(info *dsec.NetworkInfo, dest, why string) bool {
+	for _, d := range info.Denials {
+		if d.Destination == dest && strings.Contains(d.Reason, why) {
+			return true
+		}
+	}
+	return false
 }

@@ -28,6 +28,8 @@ var commands = map[string]func(args []string) error{
 	"connect":  connectCmd,
 	"raw":      rawCmd,
 	"spoofdns": spoofDNSCmd,
+	"udp":      udpCmd,
+	"banner":   bannerCmd,
 	"chroot":   chrootCmd,
 	"init":     initCmd,
 	"inotify":  inotifyCmd,

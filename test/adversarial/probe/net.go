@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -84,4 +86,79 @@ func spoofDNSCmd(args []string) error {
 		report("spoofdns:"+a, unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: [4]byte(dst)}))
 	}
 	return nil
+}
+
+// udpCmd sends a datagram to each HOST:PORT in args from a connected UDP
+// socket, up to five times 300 ms apart (a new link drops what is sent
+// before it is up; a UDP client retries), and reports "udp:HOST:PORT ok"
+// when the same bytes come back, "timeout" when nothing does, or the
+// error.
+func udpCmd(args []string) error {
+	for _, a := range args {
+		report("udp:"+a, udpEcho(a))
+	}
+	return nil
+}
+
+func udpEcho(addr string) error {
+	c, err := net.Dial("udp4", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	msg := []byte("dsec-probe-udp " + addr)
+	buf := make([]byte, 2048)
+	for range 5 {
+		if _, err := c.Write(msg); err != nil {
+			return err
+		}
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		for {
+			n, err := c.Read(buf)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if string(buf[:n]) == string(msg) {
+				return nil
+			}
+		}
+	}
+	return errors.New("timeout")
+}
+
+// bannerCmd connects to each HOST:PORT in args over TCP and reads what
+// the server says first; it reports "banner:HOST:PORT ok" when that is
+// the test's banner "dsec-world\n", else the error (a connection the
+// egress proxy refuses is accepted by the proxy and then reset, so a
+// bare connect proves nothing).
+func bannerCmd(args []string) error {
+	for _, a := range args {
+		report("banner:"+a, readBanner(a))
+	}
+	return nil
+}
+
+func readBanner(addr string) error {
+	c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	got, err := io.ReadAll(io.LimitReader(c, 64))
+	if string(got) == "dsec-world\n" {
+		return nil
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return errors.New("timeout")
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("read %q", got)
 }
