@@ -59,8 +59,11 @@ func StartDsec(ctx context.Context, cfg DsecConfig) (d *Dsec, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("dsec log: %w", err)
 	}
+	// The compatibility and ports listeners are off (cfg.Args may turn
+	// them on): their default addresses belong to the user's own dsec up,
+	// which may be running.
 	args := append([]string{"up", "--state-dir", cfg.StateDir, "--listen", addr,
-		"--cgroup-parent", cfg.CgroupParent, "--node", cfg.Node, "--log-level", "warn", "--sandboxfusion-listen="}, cfg.Args...)
+		"--cgroup-parent", cfg.CgroupParent, "--node", cfg.Node, "--log-level", "warn", "--sandboxfusion-listen=", "--ports-listen="}, cfg.Args...)
 	cmd := exec.Command(cfg.Bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
