@@ -9,7 +9,11 @@
 //
 // Two more rows say where the CLI's time goes: `dsec --version` (the
 // binary's start-up and exit, no API call) and the SDK's Exec with a new
-// client each time (the connection's set-up).
+// client each time (the connection's set-up). A last row times the SDK's
+// Exec after the node sat idle for a second (-idle-n of them, after the
+// rest): what an agent's command costs after its model thought, which
+// back-to-back execs hide (a first cgroup migration after a quiet spell
+// once waited for an RCU grace period, docs/architecture.md).
 //
 // It starts a private `dsec up` on a temporary state dir, a free port and
 // its own cgroup parent, builds the busybox image, and removes everything at
@@ -71,6 +75,7 @@ const (
 	rowSDK     = "Go SDK Exec(true), warm client"
 	rowStart   = "dsec --version (CLI start-up and exit)"
 	rowSDKCold = "Go SDK Exec(true), new client each call"
+	rowIdle    = "Go SDK Exec(true) after 1 s idle, warm client"
 )
 
 func main() {
@@ -81,6 +86,7 @@ func main() {
 	base := flag.String("base", "", "also time this binary's CLI in the same turns (rows marked \"base\"), e.g. a build before a change")
 	jsonOut := flag.String("json", "", "also write the JSON here")
 	keep := flag.Bool("keep", false, "keep the temporary directory (logs, state) for a post-mortem")
+	idleN := flag.Int("idle-n", 20, "execs timed after a second of idleness each, after the rest (0: none)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
@@ -98,7 +104,7 @@ func main() {
 	if *cliBin == "" {
 		*cliBin = *bin
 	}
-	rep, err := run(ctx, *bin, *cliBin, *base, *n, *warmup, *keep)
+	rep, err := run(ctx, *bin, *cliBin, *base, *n, *warmup, *idleN, *keep)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -112,7 +118,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, bin, cliBin, base string, n, warmup int, keep bool) (rep *Report, err error) {
+func run(ctx context.Context, bin, cliBin, base string, n, warmup, idleN int, keep bool) (rep *Report, err error) {
 	dir, err := os.MkdirTemp("", "dsec-bench-cli-")
 	if err != nil {
 		return nil, err
@@ -245,9 +251,28 @@ func run(ctx context.Context, bin, cliBin, base string, n, warmup int, keep bool
 			return nil, err
 		}
 	}
+	var idle []time.Duration
+	if idleN > 0 {
+		log.Printf("%d execs after a second of idleness each", idleN)
+	}
+	for range idleN {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		d, err := sdkExec(sb)(ctx)
+		if err != nil {
+			return nil, err
+		}
+		idle = append(idle, d)
+	}
 	rep.LoadAfter = harness.LoadAvg()
 	for k, o := range ops {
 		rep.Rows = append(rep.Rows, harness.Summarize(o.name, "dsec", samples[k]))
+	}
+	if len(idle) > 0 {
+		rep.Rows = append(rep.Rows, harness.Summarize(rowIdle, "dsec", idle))
 	}
 	if sdk := rep.Rows[1].P50; sdk > 0 {
 		rep.Ratio = rep.Rows[0].P50 / sdk

@@ -43,6 +43,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -566,21 +567,138 @@ static size_t read_config(uint8_t **bufp)
 	return (size_t)n;
 }
 
-/* join_cgroups writes our pid to every cgroup.procs file, in order. */
-static void join_cgroups(const struct config *c)
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+/* The arguments of clone3 that fork_into_cgroup uses (linux/sched.h). */
+struct dsec_clone_args {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+
+/* join_procs writes our pid to a cgroup.procs file. */
+static void join_procs(const char *procs)
 {
 	struct dsec_msg pid = { .n = 0 };
+	int fd;
 
 	dsec_msg_uint(&pid, (unsigned long long)getpid());
+	fd = open(procs, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		status_fail(errno, "join cgroup", procs);
+	/* A cgroup file takes the pid in one write; a partial write fails. */
+	if (dsec_write_all(fd, pid.b, pid.n) < 0)
+		status_fail(errno, "join cgroup", procs);
+	if (close(fd) < 0 && errno != EINTR)
+		status_fail(errno, "join cgroup", procs);
+}
+
+/*
+ * group_dir copies the directory of a cgroup.procs path into dir (cap
+ * bytes); 0 when procs is not ".../cgroup.procs" or too long.
+ */
+static int group_dir(const char *procs, char *dir, size_t cap)
+{
+	static const char base[] = "/cgroup.procs";
+	size_t n = strlen(procs), b = sizeof(base) - 1;
+
+	if (n <= b || strcmp(procs + n - b, base) != 0 || n - b + sizeof("/tasks") > cap)
+		return 0;
+	memcpy(dir, procs, n - b);
+	dir[n - b] = '\0';
+	return 1;
+}
+
+/*
+ * fork_into_cgroup forks a child born in the cgroup v2 group dir (clone3
+ * with CLONE_INTO_CGROUP) and returns in the child, which carries the
+ * request on; the parent waits for it and exits with its status. It
+ * returns -1 in the caller, forking nothing, when the kernel cannot (before
+ * Linux 5.7) or will not; errno says why.
+ */
+static int fork_into_cgroup(const char *dir)
+{
+	struct dsec_clone_args a;
+	int fd, err, status;
+	long pid;
+
+	fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.flags = CLONE_INTO_CGROUP;
+	a.exit_signal = SIGCHLD;
+	a.cgroup = (uint64_t)fd;
+	pid = syscall(SYS_clone3, &a, sizeof(a));
+	err = errno;
+	if (pid == 0) {
+		(void)close(fd);
+		return 0;
+	}
+	(void)close(fd);
+	if (pid < 0) {
+		errno = err;
+		return -1;
+	}
+	while (waitpid((pid_t)pid, &status, 0) < 0)
+		if (errno != EINTR)
+			_exit(1);
+	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+/*
+ * join_cgroups puts us in the group of every cgroup.procs file of the
+ * config without taking the kernel's global cgroup_threadgroup_rwsem for
+ * writing where it can: writing a pid to cgroup.procs does, and the first
+ * writer after a quiet spell waits for an RCU grace period (7-20 ms on a
+ * 2-core VM), which every exec after an idle period paid. So the v2 group
+ * (one at most) is joined by forking into it, and a v1 group by writing
+ * "0" to its tasks file, which moves the calling thread alone (this
+ * process has one) and skips the lock. Either falls back to cgroup.procs.
+ * The v2 fork comes first, so the process that waits for it is never in
+ * the sandbox's groups (its pids limit counts the helper once).
+ */
+static void join_cgroups(const struct config *c)
+{
+	char dir[PATH_MAX];
+	size_t v2 = c->n_cgroup_procs;
+	struct statfs st;
+
 	for (size_t i = 0; i < c->n_cgroup_procs; i++) {
-		int fd = open(c->cgroup_procs[i], O_WRONLY | O_CLOEXEC);
-		if (fd < 0)
-			status_fail(errno, "join cgroup", c->cgroup_procs[i]);
-		/* A cgroup file takes the pid in one write; a partial write fails. */
-		if (dsec_write_all(fd, pid.b, pid.n) < 0)
-			status_fail(errno, "join cgroup", c->cgroup_procs[i]);
+		if (group_dir(c->cgroup_procs[i], dir, sizeof(dir)) && statfs(dir, &st) == 0 &&
+		    st.f_type == CGROUP2_SUPER_MAGIC) {
+			v2 = i;
+			break;
+		}
+	}
+	if (v2 < c->n_cgroup_procs && (!group_dir(c->cgroup_procs[v2], dir, sizeof(dir)) || fork_into_cgroup(dir) < 0))
+		join_procs(c->cgroup_procs[v2]);
+	for (size_t i = 0; i < c->n_cgroup_procs; i++) {
+		int fd;
+
+		if (i == v2)
+			continue;
+		if (!group_dir(c->cgroup_procs[i], dir, sizeof(dir)) || statfs(dir, &st) < 0 ||
+		    st.f_type == CGROUP2_SUPER_MAGIC) {
+			join_procs(c->cgroup_procs[i]);
+			continue;
+		}
+		strcat(dir, "/tasks");
+		fd = open(dir, O_WRONLY | O_CLOEXEC);
+		if (fd < 0) {
+			join_procs(c->cgroup_procs[i]);
+			continue;
+		}
+		if (dsec_write_all(fd, "0", 1) < 0) {
+			(void)close(fd);
+			join_procs(c->cgroup_procs[i]);
+			continue;
+		}
 		if (close(fd) < 0 && errno != EINTR)
-			status_fail(errno, "join cgroup", c->cgroup_procs[i]);
+			status_fail(errno, "join cgroup", dir);
 	}
 }
 
