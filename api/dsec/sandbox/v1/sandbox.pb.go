@@ -205,6 +205,8 @@ const (
 	EventType_EVENT_TYPE_FAILED      EventType = 5
 	EventType_EVENT_TYPE_DELETED     EventType = 6
 	EventType_EVENT_TYPE_UPDATED     EventType = 7
+	EventType_EVENT_TYPE_PAUSED      EventType = 8
+	EventType_EVENT_TYPE_RESUMED     EventType = 9
 )
 
 // Enum value maps for EventType.
@@ -218,6 +220,8 @@ var (
 		5: "EVENT_TYPE_FAILED",
 		6: "EVENT_TYPE_DELETED",
 		7: "EVENT_TYPE_UPDATED",
+		8: "EVENT_TYPE_PAUSED",
+		9: "EVENT_TYPE_RESUMED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED": 0,
@@ -228,6 +232,8 @@ var (
 		"EVENT_TYPE_FAILED":      5,
 		"EVENT_TYPE_DELETED":     6,
 		"EVENT_TYPE_UPDATED":     7,
+		"EVENT_TYPE_PAUSED":      8,
+		"EVENT_TYPE_RESUMED":     9,
 	}
 )
 
@@ -354,7 +360,17 @@ type Sandbox struct {
 	// TTL.
 	IdleExpiresAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=idle_expires_at,json=idleExpiresAt,proto3" json:"idle_expires_at,omitempty"`
 	// The network policy; unset is none (loopback only).
-	Network       *NetworkPolicy `protobuf:"bytes,17,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkPolicy `protobuf:"bytes,17,opt,name=network,proto3" json:"network,omitempty"`
+	// While paused: when it was paused, and when its paused TTL deletes it.
+	PausedAt        *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	PausedExpiresAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=paused_expires_at,json=pausedExpiresAt,proto3" json:"paused_expires_at,omitempty"`
+	// What its idle TTL does when it runs out: "delete" (the default) or
+	// "pause".
+	IdleAction string `protobuf:"bytes,20,opt,name=idle_action,json=idleAction,proto3" json:"idle_action,omitempty"`
+	// How long it may stay paused (default 24h).
+	PausedTtl *durationpb.Duration `protobuf:"bytes,21,opt,name=paused_ttl,json=pausedTtl,proto3" json:"paused_ttl,omitempty"`
+	// The rollout it belongs to (dsec.rollout.v1), if any.
+	Rollout       string `protobuf:"bytes,22,opt,name=rollout,proto3" json:"rollout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -508,6 +524,41 @@ func (x *Sandbox) GetNetwork() *NetworkPolicy {
 	return nil
 }
 
+func (x *Sandbox) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
+}
+
+func (x *Sandbox) GetPausedExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedExpiresAt
+	}
+	return nil
+}
+
+func (x *Sandbox) GetIdleAction() string {
+	if x != nil {
+		return x.IdleAction
+	}
+	return ""
+}
+
+func (x *Sandbox) GetPausedTtl() *durationpb.Duration {
+	if x != nil {
+		return x.PausedTtl
+	}
+	return nil
+}
+
+func (x *Sandbox) GetRollout() string {
+	if x != nil {
+		return x.Rollout
+	}
+	return ""
+}
+
 type CreateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Image or environment, NAME[:TAG] (tag defaults to latest).
@@ -535,7 +586,12 @@ type CreateRequest struct {
 	Layers      []string     `protobuf:"bytes,11,rep,name=layers,proto3" json:"layers,omitempty"`
 	LayerConfig *LayerConfig `protobuf:"bytes,12,opt,name=layer_config,json=layerConfig,proto3" json:"layer_config,omitempty"`
 	// Network egress policy; absent is none (loopback only, as before).
-	Network       *NetworkPolicy `protobuf:"bytes,13,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkPolicy `protobuf:"bytes,13,opt,name=network,proto3" json:"network,omitempty"`
+	// How long the sandbox may stay paused (default 24h).
+	PausedTtl *durationpb.Duration `protobuf:"bytes,14,opt,name=paused_ttl,json=pausedTtl,proto3" json:"paused_ttl,omitempty"`
+	// What its idle TTL does when it runs out: "delete" (default) or
+	// "pause" (it pauses, and the next request resumes it).
+	IdleAction    string `protobuf:"bytes,15,opt,name=idle_action,json=idleAction,proto3" json:"idle_action,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -659,6 +715,20 @@ func (x *CreateRequest) GetNetwork() *NetworkPolicy {
 		return x.Network
 	}
 	return nil
+}
+
+func (x *CreateRequest) GetPausedTtl() *durationpb.Duration {
+	if x != nil {
+		return x.PausedTtl
+	}
+	return nil
+}
+
+func (x *CreateRequest) GetIdleAction() string {
+	if x != nil {
+		return x.IdleAction
+	}
+	return ""
 }
 
 // NetworkPolicy grants a sandbox egress by intent (docs/network.md). It is
@@ -1716,7 +1786,14 @@ type ExecRequest struct {
 	// as recorded at create with the platform's tools first on PATH
 	// (/.dsec/bin) and the image's original layers read-only at
 	// /.dsec/image, and nothing of the sandbox can ptrace or signal it.
-	Sealed        Seal `protobuf:"varint,17,opt,name=sealed,proto3,enum=dsec.sandbox.v1.Seal" json:"sealed,omitempty"`
+	Sealed Seal `protobuf:"varint,17,opt,name=sealed,proto3,enum=dsec.sandbox.v1.Seal" json:"sealed,omitempty"`
+	// A name of the caller's for this step of its work, stored with the
+	// exec in the sandbox's journal (ListExecs), so that a restarted client
+	// finds which of its steps ran and how they ended (fast-forward) instead
+	// of running them again. At most 256 bytes; an exec with the step_key of
+	// an earlier exec of the sandbox is refused with AlreadyExists, naming
+	// it.
+	StepKey       string `protobuf:"bytes,18,opt,name=step_key,json=stepKey,proto3" json:"step_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1868,6 +1945,13 @@ func (x *ExecRequest) GetSealed() Seal {
 		return x.Sealed
 	}
 	return Seal_SEAL_UNSPECIFIED
+}
+
+func (x *ExecRequest) GetStepKey() string {
+	if x != nil {
+		return x.StepKey
+	}
+	return ""
 }
 
 type ExecStarted struct {
@@ -2935,7 +3019,12 @@ type SetTimeoutRequest struct {
 	// New hard TTL counted from now; unset keeps it.
 	Ttl *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// New idle TTL; unset keeps it.
-	IdleTtl       *durationpb.Duration `protobuf:"bytes,3,opt,name=idle_ttl,json=idleTtl,proto3" json:"idle_ttl,omitempty"`
+	IdleTtl *durationpb.Duration `protobuf:"bytes,3,opt,name=idle_ttl,json=idleTtl,proto3" json:"idle_ttl,omitempty"`
+	// New paused TTL (counted from the pause, for a paused sandbox); unset
+	// keeps it.
+	PausedTtl *durationpb.Duration `protobuf:"bytes,4,opt,name=paused_ttl,json=pausedTtl,proto3" json:"paused_ttl,omitempty"`
+	// New idle action ("delete" or "pause"); empty keeps it.
+	IdleAction    string `protobuf:"bytes,5,opt,name=idle_action,json=idleAction,proto3" json:"idle_action,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2989,6 +3078,20 @@ func (x *SetTimeoutRequest) GetIdleTtl() *durationpb.Duration {
 		return x.IdleTtl
 	}
 	return nil
+}
+
+func (x *SetTimeoutRequest) GetPausedTtl() *durationpb.Duration {
+	if x != nil {
+		return x.PausedTtl
+	}
+	return nil
+}
+
+func (x *SetTimeoutRequest) GetIdleAction() string {
+	if x != nil {
+		return x.IdleAction
+	}
+	return ""
 }
 
 type SetTimeoutResponse struct {
@@ -3409,7 +3512,9 @@ type StatsResponse struct {
 	NetDenied         int64 `protobuf:"varint,15,opt,name=net_denied,json=netDenied,proto3" json:"net_denied,omitempty"`
 	// Set when the sandbox has a network (a policy that allows anything):
 	// its counters above mean something.
-	Networked     bool `protobuf:"varint,16,opt,name=networked,proto3" json:"networked,omitempty"`
+	Networked bool `protobuf:"varint,16,opt,name=networked,proto3" json:"networked,omitempty"`
+	// Memory of the sandbox out of RAM, in the node's swap.
+	SwappedBytes  int64 `protobuf:"varint,17,opt,name=swapped_bytes,json=swappedBytes,proto3" json:"swapped_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3554,6 +3659,13 @@ func (x *StatsResponse) GetNetworked() bool {
 		return x.Networked
 	}
 	return false
+}
+
+func (x *StatsResponse) GetSwappedBytes() int64 {
+	if x != nil {
+		return x.SwappedBytes
+	}
+	return 0
 }
 
 type AttachRequest struct {
@@ -3931,8 +4043,10 @@ func (*ResizeTTYResponse) Descriptor() ([]byte, []int) {
 }
 
 type ListExecsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// Only the execs with these step keys (all when empty).
+	StepKeys      []string `protobuf:"bytes,2,rep,name=step_keys,json=stepKeys,proto3" json:"step_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3974,6 +4088,13 @@ func (x *ListExecsRequest) GetSandboxId() string {
 	return ""
 }
 
+func (x *ListExecsRequest) GetStepKeys() []string {
+	if x != nil {
+		return x.StepKeys
+	}
+	return nil
+}
+
 type ExecInfo struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ExecId    string                 `protobuf:"bytes,1,opt,name=exec_id,json=execId,proto3" json:"exec_id,omitempty"`
@@ -3986,8 +4107,10 @@ type ExecInfo struct {
 	StdoutBytes int64     `protobuf:"varint,7,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
 	StderrBytes int64     `protobuf:"varint,8,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
 	// The session it ran in (ExecRequest.session), if any.
-	Session       string `protobuf:"bytes,9,opt,name=session,proto3" json:"session,omitempty"`
-	Sealed        bool   `protobuf:"varint,10,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	Session string `protobuf:"bytes,9,opt,name=session,proto3" json:"session,omitempty"`
+	Sealed  bool   `protobuf:"varint,10,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	// ExecRequest.step_key.
+	StepKey       string `protobuf:"bytes,11,opt,name=step_key,json=stepKey,proto3" json:"step_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4090,6 +4213,13 @@ func (x *ExecInfo) GetSealed() bool {
 		return x.Sealed
 	}
 	return false
+}
+
+func (x *ExecInfo) GetStepKey() string {
+	if x != nil {
+		return x.StepKey
+	}
+	return ""
 }
 
 type ListExecsResponse struct {
@@ -5814,6 +5944,292 @@ func (x *GradeFromResponse) GetCopiedBytes() int64 {
 	return 0
 }
 
+type PauseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one of id and selector.
+	Id            string            `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Selector      map[string]string `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRequest) Reset() {
+	*x = PauseRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRequest) ProtoMessage() {}
+
+func (x *PauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
+func (*PauseRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *PauseRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PauseRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+// PauseResult is the outcome of a pause or resume of one sandbox.
+type PauseResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Its state now: paused after a pause, running after a resume.
+	State State `protobuf:"varint,2,opt,name=state,proto3,enum=dsec.sandbox.v1.State" json:"state,omitempty"`
+	// Its memory in RAM and out of it (swapped) when the call returned.
+	ResidentBytes int64 `protobuf:"varint,3,opt,name=resident_bytes,json=residentBytes,proto3" json:"resident_bytes,omitempty"`
+	SwappedBytes  int64 `protobuf:"varint,4,opt,name=swapped_bytes,json=swappedBytes,proto3" json:"swapped_bytes,omitempty"`
+	// How long the pause or resume of this sandbox took (zero when it was
+	// already so).
+	Took *durationpb.Duration `protobuf:"bytes,5,opt,name=took,proto3" json:"took,omitempty"`
+	// Why it failed for this sandbox.
+	Error         *ItemError `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseResult) Reset() {
+	*x = PauseResult{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseResult) ProtoMessage() {}
+
+func (x *PauseResult) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseResult.ProtoReflect.Descriptor instead.
+func (*PauseResult) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *PauseResult) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PauseResult) GetState() State {
+	if x != nil {
+		return x.State
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *PauseResult) GetResidentBytes() int64 {
+	if x != nil {
+		return x.ResidentBytes
+	}
+	return 0
+}
+
+func (x *PauseResult) GetSwappedBytes() int64 {
+	if x != nil {
+		return x.SwappedBytes
+	}
+	return 0
+}
+
+func (x *PauseResult) GetTook() *durationpb.Duration {
+	if x != nil {
+		return x.Took
+	}
+	return nil
+}
+
+func (x *PauseResult) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type PauseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per sandbox, in ID order.
+	Results       []*PauseResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseResponse) Reset() {
+	*x = PauseResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseResponse) ProtoMessage() {}
+
+func (x *PauseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseResponse.ProtoReflect.Descriptor instead.
+func (*PauseResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *PauseResponse) GetResults() []*PauseResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type ResumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one of id and selector.
+	Id            string            `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Selector      map[string]string `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *ResumeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ResumeRequest) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+type ResumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per sandbox, in ID order.
+	Results       []*PauseResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeResponse) Reset() {
+	*x = ResumeResponse{}
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeResponse) ProtoMessage() {}
+
+func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dsec_sandbox_v1_sandbox_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
+func (*ResumeResponse) Descriptor() ([]byte, []int) {
+	return file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ResumeResponse) GetResults() []*PauseResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_dsec_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -5824,7 +6240,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04cpus\x18\x02 \x01(\x01R\x04cpus\x12\x12\n" +
 	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xb5\x06\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xab\b\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12<\n" +
@@ -5845,13 +6261,20 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\aworkdir\x18\x0e \x01(\tR\aworkdir\x123\n" +
 	"\x03env\x18\x0f \x03(\v2!.dsec.sandbox.v1.Sandbox.EnvEntryR\x03env\x12B\n" +
 	"\x0fidle_expires_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\ridleExpiresAt\x128\n" +
-	"\anetwork\x18\x11 \x01(\v2\x1e.dsec.sandbox.v1.NetworkPolicyR\anetwork\x1a9\n" +
+	"\anetwork\x18\x11 \x01(\v2\x1e.dsec.sandbox.v1.NetworkPolicyR\anetwork\x127\n" +
+	"\tpaused_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x12F\n" +
+	"\x11paused_expires_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\x0fpausedExpiresAt\x12\x1f\n" +
+	"\vidle_action\x18\x14 \x01(\tR\n" +
+	"idleAction\x128\n" +
+	"\n" +
+	"paused_ttl\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\tpausedTtl\x12\x18\n" +
+	"\arollout\x18\x16 \x01(\tR\arollout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x06\n" +
 	"\rCreateRequest\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12B\n" +
 	"\x06labels\x18\x02 \x03(\v2*.dsec.sandbox.v1.CreateRequest.LabelsEntryR\x06labels\x128\n" +
@@ -5866,7 +6289,11 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	" \x01(\tR\x0eidempotencyKey\x12\x16\n" +
 	"\x06layers\x18\v \x03(\tR\x06layers\x12?\n" +
 	"\flayer_config\x18\f \x01(\v2\x1c.dsec.sandbox.v1.LayerConfigR\vlayerConfig\x128\n" +
-	"\anetwork\x18\r \x01(\v2\x1e.dsec.sandbox.v1.NetworkPolicyR\anetwork\x1a9\n" +
+	"\anetwork\x18\r \x01(\v2\x1e.dsec.sandbox.v1.NetworkPolicyR\anetwork\x128\n" +
+	"\n" +
+	"paused_ttl\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\tpausedTtl\x12\x1f\n" +
+	"\vidle_action\x18\x0f \x01(\tR\n" +
+	"idleAction\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -5946,7 +6373,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
 	"\x0eDeleteResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x03(\tR\adeleted\"\xba\x04\n" +
+	"\adeleted\x18\x01 \x03(\tR\adeleted\"\xd5\x04\n" +
 	"\vExecRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -5967,7 +6394,8 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06detach\x18\x0e \x01(\bR\x06detach\x12\x18\n" +
 	"\asession\x18\x0f \x01(\tR\asession\x12#\n" +
 	"\rsession_shell\x18\x10 \x01(\tR\fsessionShell\x12-\n" +
-	"\x06sealed\x18\x11 \x01(\x0e2\x15.dsec.sandbox.v1.SealR\x06sealed\x1a6\n" +
+	"\x06sealed\x18\x11 \x01(\x0e2\x15.dsec.sandbox.v1.SealR\x06sealed\x12\x19\n" +
+	"\bstep_key\x18\x12 \x01(\tR\astepKey\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"&\n" +
@@ -6046,11 +6474,15 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\asandbox\x18\x02 \x01(\v2\x18.dsec.sandbox.v1.SandboxR\asandbox\x120\n" +
 	"\x05error\x18\x03 \x01(\v2\x1a.dsec.sandbox.v1.ItemErrorR\x05error\"S\n" +
 	"\x13BatchCreateResponse\x12<\n" +
-	"\aresults\x18\x01 \x03(\v2\".dsec.sandbox.v1.BatchCreateResultR\aresults\"\x86\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\".dsec.sandbox.v1.BatchCreateResultR\aresults\"\xe1\x01\n" +
 	"\x11SetTimeoutRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x124\n" +
-	"\bidle_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\aidleTtl\"H\n" +
+	"\bidle_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\aidleTtl\x128\n" +
+	"\n" +
+	"paused_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\tpausedTtl\x12\x1f\n" +
+	"\vidle_action\x18\x05 \x01(\tR\n" +
+	"idleAction\"H\n" +
 	"\x12SetTimeoutResponse\x122\n" +
 	"\asandbox\x18\x01 \x01(\v2\x18.dsec.sandbox.v1.SandboxR\asandbox\"\xb6\x01\n" +
 	"\x13UpdateLabelsRequest\x12\x0e\n" +
@@ -6078,7 +6510,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tkeepalive\x18\x02 \x01(\v2\x1a.dsec.sandbox.v1.KeepaliveH\x00R\tkeepaliveB\x05\n" +
 	"\x03msg\"\x1e\n" +
 	"\fStatsRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xb3\x04\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xd8\x04\n" +
 	"\rStatsResponse\x126\n" +
 	"\tcpu_usage\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bcpuUsage\x12\x1d\n" +
 	"\n" +
@@ -6102,7 +6534,8 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x13net_connections_out\x18\x0e \x01(\x03R\x11netConnectionsOut\x12\x1d\n" +
 	"\n" +
 	"net_denied\x18\x0f \x01(\x03R\tnetDenied\x12\x1c\n" +
-	"\tnetworked\x18\x10 \x01(\bR\tnetworked\"\x91\x01\n" +
+	"\tnetworked\x18\x10 \x01(\bR\tnetworked\x12#\n" +
+	"\rswapped_bytes\x18\x11 \x01(\x03R\fswappedBytes\"\x91\x01\n" +
 	"\rAttachRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -6128,10 +6561,11 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\aexec_id\x18\x02 \x01(\tR\x06execId\x12\x12\n" +
 	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x04 \x01(\rR\x04cols\"\x13\n" +
-	"\x11ResizeTTYResponse\"1\n" +
+	"\x11ResizeTTYResponse\"N\n" +
 	"\x10ListExecsRequest\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xc5\x02\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1b\n" +
+	"\tstep_keys\x18\x02 \x03(\tR\bstepKeys\"\xe0\x02\n" +
 	"\bExecInfo\x12\x17\n" +
 	"\aexec_id\x18\x01 \x01(\tR\x06execId\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
@@ -6144,7 +6578,8 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fstderr_bytes\x18\b \x01(\x03R\vstderrBytes\x12\x18\n" +
 	"\asession\x18\t \x01(\tR\asession\x12\x16\n" +
 	"\x06sealed\x18\n" +
-	" \x01(\bR\x06sealed\"D\n" +
+	" \x01(\bR\x06sealed\x12\x19\n" +
+	"\bstep_key\x18\v \x01(\tR\astepKey\"D\n" +
 	"\x11ListExecsResponse\x12/\n" +
 	"\x05execs\x18\x01 \x03(\v2\x19.dsec.sandbox.v1.ExecInfoR\x05execs\"@\n" +
 	"\vStatRequest\x12\x1d\n" +
@@ -6271,7 +6706,30 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06stderr\x18\x03 \x01(\fR\x06stderr\x12*\n" +
 	"\x11grader_sandbox_id\x18\x04 \x01(\tR\x0fgraderSandboxId\x12!\n" +
 	"\fcopied_files\x18\x05 \x01(\x03R\vcopiedFiles\x12!\n" +
-	"\fcopied_bytes\x18\x06 \x01(\x03R\vcopiedBytes*\x8e\x01\n" +
+	"\fcopied_bytes\x18\x06 \x01(\x03R\vcopiedBytes\"\xa4\x01\n" +
+	"\fPauseRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12G\n" +
+	"\bselector\x18\x02 \x03(\v2+.dsec.sandbox.v1.PauseRequest.SelectorEntryR\bselector\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\x01\n" +
+	"\vPauseResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12,\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x16.dsec.sandbox.v1.StateR\x05state\x12%\n" +
+	"\x0eresident_bytes\x18\x03 \x01(\x03R\rresidentBytes\x12#\n" +
+	"\rswapped_bytes\x18\x04 \x01(\x03R\fswappedBytes\x12-\n" +
+	"\x04took\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04took\x120\n" +
+	"\x05error\x18\x06 \x01(\v2\x1a.dsec.sandbox.v1.ItemErrorR\x05error\"G\n" +
+	"\rPauseResponse\x126\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.dsec.sandbox.v1.PauseResultR\aresults\"\xa6\x01\n" +
+	"\rResumeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12H\n" +
+	"\bselector\x18\x02 \x03(\v2,.dsec.sandbox.v1.ResumeRequest.SelectorEntryR\bselector\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
+	"\x0eResumeResponse\x126\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.dsec.sandbox.v1.PauseResultR\aresults*\x8e\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATE_CREATING\x10\x01\x12\x11\n" +
@@ -6287,7 +6745,7 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x02*\xcd\x01\n" +
+	"\rSTREAM_STDERR\x10\x02*\xfc\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_TYPE_CREATED\x10\x01\x12\x15\n" +
@@ -6296,7 +6754,9 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_TTL_EXPIRED\x10\x04\x12\x15\n" +
 	"\x11EVENT_TYPE_FAILED\x10\x05\x12\x16\n" +
 	"\x12EVENT_TYPE_DELETED\x10\x06\x12\x16\n" +
-	"\x12EVENT_TYPE_UPDATED\x10\a2\xf1\x13\n" +
+	"\x12EVENT_TYPE_UPDATED\x10\a\x12\x15\n" +
+	"\x11EVENT_TYPE_PAUSED\x10\b\x12\x16\n" +
+	"\x12EVENT_TYPE_RESUMED\x10\t2\x84\x15\n" +
 	"\x0eSandboxService\x12I\n" +
 	"\x06Create\x12\x1e.dsec.sandbox.v1.CreateRequest\x1a\x1f.dsec.sandbox.v1.CreateResponse\x12@\n" +
 	"\x03Get\x12\x1b.dsec.sandbox.v1.GetRequest\x1a\x1c.dsec.sandbox.v1.GetResponse\x12C\n" +
@@ -6331,7 +6791,9 @@ const file_dsec_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tGradeFrom\x12!.dsec.sandbox.v1.GradeFromRequest\x1a\".dsec.sandbox.v1.GradeFromResponse\x12^\n" +
 	"\rUpdateNetwork\x12%.dsec.sandbox.v1.UpdateNetworkRequest\x1a&.dsec.sandbox.v1.UpdateNetworkResponse\x12U\n" +
 	"\n" +
-	"GetNetwork\x12\".dsec.sandbox.v1.GetNetworkRequest\x1a#.dsec.sandbox.v1.GetNetworkResponseB;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
+	"GetNetwork\x12\".dsec.sandbox.v1.GetNetworkRequest\x1a#.dsec.sandbox.v1.GetNetworkResponse\x12F\n" +
+	"\x05Pause\x12\x1d.dsec.sandbox.v1.PauseRequest\x1a\x1e.dsec.sandbox.v1.PauseResponse\x12I\n" +
+	"\x06Resume\x12\x1e.dsec.sandbox.v1.ResumeRequest\x1a\x1f.dsec.sandbox.v1.ResumeResponseB;Z9github.com/dsecproject/dsec/api/dsec/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_dsec_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -6346,7 +6808,7 @@ func file_dsec_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_dsec_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
+var file_dsec_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
 var file_dsec_sandbox_v1_sandbox_proto_goTypes = []any{
 	(State)(0),                    // 0: dsec.sandbox.v1.State
 	(Seal)(0),                     // 1: dsec.sandbox.v1.Seal
@@ -6433,164 +6895,187 @@ var file_dsec_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*DeleteSessionResponse)(nil), // 82: dsec.sandbox.v1.DeleteSessionResponse
 	(*GradeFromRequest)(nil),      // 83: dsec.sandbox.v1.GradeFromRequest
 	(*GradeFromResponse)(nil),     // 84: dsec.sandbox.v1.GradeFromResponse
-	nil,                           // 85: dsec.sandbox.v1.Sandbox.LabelsEntry
-	nil,                           // 86: dsec.sandbox.v1.Sandbox.EnvEntry
-	nil,                           // 87: dsec.sandbox.v1.CreateRequest.LabelsEntry
-	nil,                           // 88: dsec.sandbox.v1.CreateRequest.EnvEntry
-	nil,                           // 89: dsec.sandbox.v1.UpdateNetworkRequest.SelectorEntry
-	nil,                           // 90: dsec.sandbox.v1.ListRequest.SelectorEntry
-	nil,                           // 91: dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	nil,                           // 92: dsec.sandbox.v1.ExecRequest.EnvEntry
-	nil,                           // 93: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
-	nil,                           // 94: dsec.sandbox.v1.WatchRequest.SelectorEntry
-	nil,                           // 95: dsec.sandbox.v1.GradeFromRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 96: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 97: google.protobuf.Duration
+	(*PauseRequest)(nil),          // 85: dsec.sandbox.v1.PauseRequest
+	(*PauseResult)(nil),           // 86: dsec.sandbox.v1.PauseResult
+	(*PauseResponse)(nil),         // 87: dsec.sandbox.v1.PauseResponse
+	(*ResumeRequest)(nil),         // 88: dsec.sandbox.v1.ResumeRequest
+	(*ResumeResponse)(nil),        // 89: dsec.sandbox.v1.ResumeResponse
+	nil,                           // 90: dsec.sandbox.v1.Sandbox.LabelsEntry
+	nil,                           // 91: dsec.sandbox.v1.Sandbox.EnvEntry
+	nil,                           // 92: dsec.sandbox.v1.CreateRequest.LabelsEntry
+	nil,                           // 93: dsec.sandbox.v1.CreateRequest.EnvEntry
+	nil,                           // 94: dsec.sandbox.v1.UpdateNetworkRequest.SelectorEntry
+	nil,                           // 95: dsec.sandbox.v1.ListRequest.SelectorEntry
+	nil,                           // 96: dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	nil,                           // 97: dsec.sandbox.v1.ExecRequest.EnvEntry
+	nil,                           // 98: dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	nil,                           // 99: dsec.sandbox.v1.WatchRequest.SelectorEntry
+	nil,                           // 100: dsec.sandbox.v1.GradeFromRequest.EnvEntry
+	nil,                           // 101: dsec.sandbox.v1.PauseRequest.SelectorEntry
+	nil,                           // 102: dsec.sandbox.v1.ResumeRequest.SelectorEntry
+	(*timestamppb.Timestamp)(nil), // 103: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 104: google.protobuf.Duration
 }
 var file_dsec_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	85,  // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
+	90,  // 0: dsec.sandbox.v1.Sandbox.labels:type_name -> dsec.sandbox.v1.Sandbox.LabelsEntry
 	0,   // 1: dsec.sandbox.v1.Sandbox.state:type_name -> dsec.sandbox.v1.State
 	4,   // 2: dsec.sandbox.v1.Sandbox.resources:type_name -> dsec.sandbox.v1.Resources
-	96,  // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	96,  // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	97,  // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
-	86,  // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
-	96,  // 7: dsec.sandbox.v1.Sandbox.idle_expires_at:type_name -> google.protobuf.Timestamp
+	103, // 3: dsec.sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	103, // 4: dsec.sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	104, // 5: dsec.sandbox.v1.Sandbox.idle_ttl:type_name -> google.protobuf.Duration
+	91,  // 6: dsec.sandbox.v1.Sandbox.env:type_name -> dsec.sandbox.v1.Sandbox.EnvEntry
+	103, // 7: dsec.sandbox.v1.Sandbox.idle_expires_at:type_name -> google.protobuf.Timestamp
 	7,   // 8: dsec.sandbox.v1.Sandbox.network:type_name -> dsec.sandbox.v1.NetworkPolicy
-	87,  // 9: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
-	4,   // 10: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
-	88,  // 11: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
-	97,  // 12: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
-	97,  // 13: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
-	15,  // 14: dsec.sandbox.v1.CreateRequest.layer_config:type_name -> dsec.sandbox.v1.LayerConfig
-	7,   // 15: dsec.sandbox.v1.CreateRequest.network:type_name -> dsec.sandbox.v1.NetworkPolicy
-	8,   // 16: dsec.sandbox.v1.NetworkPolicy.rules:type_name -> dsec.sandbox.v1.NetworkRule
-	89,  // 17: dsec.sandbox.v1.UpdateNetworkRequest.selector:type_name -> dsec.sandbox.v1.UpdateNetworkRequest.SelectorEntry
-	7,   // 18: dsec.sandbox.v1.UpdateNetworkRequest.policy:type_name -> dsec.sandbox.v1.NetworkPolicy
-	7,   // 19: dsec.sandbox.v1.NetworkResult.policy:type_name -> dsec.sandbox.v1.NetworkPolicy
-	36,  // 20: dsec.sandbox.v1.NetworkResult.error:type_name -> dsec.sandbox.v1.ItemError
-	10,  // 21: dsec.sandbox.v1.UpdateNetworkResponse.results:type_name -> dsec.sandbox.v1.NetworkResult
-	96,  // 22: dsec.sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
-	7,   // 23: dsec.sandbox.v1.GetNetworkResponse.policy:type_name -> dsec.sandbox.v1.NetworkPolicy
-	13,  // 24: dsec.sandbox.v1.GetNetworkResponse.denials:type_name -> dsec.sandbox.v1.NetworkDenial
-	5,   // 25: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	5,   // 26: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	90,  // 27: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
-	5,   // 28: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
-	91,  // 29: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
-	92,  // 30: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
-	97,  // 31: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	1,   // 32: dsec.sandbox.v1.ExecRequest.sealed:type_name -> dsec.sandbox.v1.Seal
-	2,   // 33: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
-	97,  // 34: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
-	24,  // 35: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
-	25,  // 36: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
-	26,  // 37: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
-	27,  // 38: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	96,  // 39: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	29,  // 40: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	32,  // 41: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
-	29,  // 42: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	6,   // 43: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
-	97,  // 44: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
-	5,   // 45: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	36,  // 46: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
-	37,  // 47: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
-	97,  // 48: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
-	97,  // 49: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
-	5,   // 50: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	93,  // 51: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
-	5,   // 52: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	94,  // 53: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
-	3,   // 54: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
-	5,   // 55: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
-	96,  // 56: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
-	44,  // 57: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
-	27,  // 58: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
-	97,  // 59: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
-	96,  // 60: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
-	26,  // 61: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
-	56,  // 62: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
-	29,  // 63: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	29,  // 64: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
-	29,  // 65: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
-	70,  // 66: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
-	97,  // 67: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
-	97,  // 68: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
-	77,  // 69: dsec.sandbox.v1.ListBackendsResponse.backends:type_name -> dsec.sandbox.v1.BackendInfo
-	96,  // 70: dsec.sandbox.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	79,  // 71: dsec.sandbox.v1.ListSessionsResponse.sessions:type_name -> dsec.sandbox.v1.Session
-	95,  // 72: dsec.sandbox.v1.GradeFromRequest.env:type_name -> dsec.sandbox.v1.GradeFromRequest.EnvEntry
-	97,  // 73: dsec.sandbox.v1.GradeFromRequest.timeout:type_name -> google.protobuf.Duration
-	4,   // 74: dsec.sandbox.v1.GradeFromRequest.resources:type_name -> dsec.sandbox.v1.Resources
-	26,  // 75: dsec.sandbox.v1.GradeFromResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
-	6,   // 76: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
-	17,  // 77: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
-	19,  // 78: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
-	21,  // 79: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
-	23,  // 80: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
-	30,  // 81: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
-	33,  // 82: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
-	35,  // 83: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
-	39,  // 84: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
-	41,  // 85: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
-	43,  // 86: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
-	46,  // 87: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
-	48,  // 88: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
-	49,  // 89: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
-	51,  // 90: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
-	53,  // 91: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
-	55,  // 92: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
-	58,  // 93: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
-	60,  // 94: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
-	62,  // 95: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
-	64,  // 96: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
-	66,  // 97: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
-	68,  // 98: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
-	71,  // 99: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
-	73,  // 100: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
-	75,  // 101: dsec.sandbox.v1.SandboxService.ListBackends:input_type -> dsec.sandbox.v1.ListBackendsRequest
-	78,  // 102: dsec.sandbox.v1.SandboxService.ListSessions:input_type -> dsec.sandbox.v1.ListSessionsRequest
-	81,  // 103: dsec.sandbox.v1.SandboxService.DeleteSession:input_type -> dsec.sandbox.v1.DeleteSessionRequest
-	83,  // 104: dsec.sandbox.v1.SandboxService.GradeFrom:input_type -> dsec.sandbox.v1.GradeFromRequest
-	9,   // 105: dsec.sandbox.v1.SandboxService.UpdateNetwork:input_type -> dsec.sandbox.v1.UpdateNetworkRequest
-	12,  // 106: dsec.sandbox.v1.SandboxService.GetNetwork:input_type -> dsec.sandbox.v1.GetNetworkRequest
-	16,  // 107: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
-	18,  // 108: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
-	20,  // 109: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
-	22,  // 110: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
-	28,  // 111: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
-	31,  // 112: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
-	34,  // 113: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
-	38,  // 114: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
-	40,  // 115: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
-	42,  // 116: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
-	45,  // 117: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
-	47,  // 118: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
-	28,  // 119: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
-	50,  // 120: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
-	52,  // 121: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
-	54,  // 122: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
-	57,  // 123: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
-	59,  // 124: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
-	61,  // 125: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
-	63,  // 126: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
-	65,  // 127: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
-	67,  // 128: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
-	69,  // 129: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
-	72,  // 130: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
-	74,  // 131: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
-	76,  // 132: dsec.sandbox.v1.SandboxService.ListBackends:output_type -> dsec.sandbox.v1.ListBackendsResponse
-	80,  // 133: dsec.sandbox.v1.SandboxService.ListSessions:output_type -> dsec.sandbox.v1.ListSessionsResponse
-	82,  // 134: dsec.sandbox.v1.SandboxService.DeleteSession:output_type -> dsec.sandbox.v1.DeleteSessionResponse
-	84,  // 135: dsec.sandbox.v1.SandboxService.GradeFrom:output_type -> dsec.sandbox.v1.GradeFromResponse
-	11,  // 136: dsec.sandbox.v1.SandboxService.UpdateNetwork:output_type -> dsec.sandbox.v1.UpdateNetworkResponse
-	14,  // 137: dsec.sandbox.v1.SandboxService.GetNetwork:output_type -> dsec.sandbox.v1.GetNetworkResponse
-	107, // [107:138] is the sub-list for method output_type
-	76,  // [76:107] is the sub-list for method input_type
-	76,  // [76:76] is the sub-list for extension type_name
-	76,  // [76:76] is the sub-list for extension extendee
-	0,   // [0:76] is the sub-list for field type_name
+	103, // 9: dsec.sandbox.v1.Sandbox.paused_at:type_name -> google.protobuf.Timestamp
+	103, // 10: dsec.sandbox.v1.Sandbox.paused_expires_at:type_name -> google.protobuf.Timestamp
+	104, // 11: dsec.sandbox.v1.Sandbox.paused_ttl:type_name -> google.protobuf.Duration
+	92,  // 12: dsec.sandbox.v1.CreateRequest.labels:type_name -> dsec.sandbox.v1.CreateRequest.LabelsEntry
+	4,   // 13: dsec.sandbox.v1.CreateRequest.resources:type_name -> dsec.sandbox.v1.Resources
+	93,  // 14: dsec.sandbox.v1.CreateRequest.env:type_name -> dsec.sandbox.v1.CreateRequest.EnvEntry
+	104, // 15: dsec.sandbox.v1.CreateRequest.ttl:type_name -> google.protobuf.Duration
+	104, // 16: dsec.sandbox.v1.CreateRequest.idle_ttl:type_name -> google.protobuf.Duration
+	15,  // 17: dsec.sandbox.v1.CreateRequest.layer_config:type_name -> dsec.sandbox.v1.LayerConfig
+	7,   // 18: dsec.sandbox.v1.CreateRequest.network:type_name -> dsec.sandbox.v1.NetworkPolicy
+	104, // 19: dsec.sandbox.v1.CreateRequest.paused_ttl:type_name -> google.protobuf.Duration
+	8,   // 20: dsec.sandbox.v1.NetworkPolicy.rules:type_name -> dsec.sandbox.v1.NetworkRule
+	94,  // 21: dsec.sandbox.v1.UpdateNetworkRequest.selector:type_name -> dsec.sandbox.v1.UpdateNetworkRequest.SelectorEntry
+	7,   // 22: dsec.sandbox.v1.UpdateNetworkRequest.policy:type_name -> dsec.sandbox.v1.NetworkPolicy
+	7,   // 23: dsec.sandbox.v1.NetworkResult.policy:type_name -> dsec.sandbox.v1.NetworkPolicy
+	36,  // 24: dsec.sandbox.v1.NetworkResult.error:type_name -> dsec.sandbox.v1.ItemError
+	10,  // 25: dsec.sandbox.v1.UpdateNetworkResponse.results:type_name -> dsec.sandbox.v1.NetworkResult
+	103, // 26: dsec.sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	7,   // 27: dsec.sandbox.v1.GetNetworkResponse.policy:type_name -> dsec.sandbox.v1.NetworkPolicy
+	13,  // 28: dsec.sandbox.v1.GetNetworkResponse.denials:type_name -> dsec.sandbox.v1.NetworkDenial
+	5,   // 29: dsec.sandbox.v1.CreateResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	5,   // 30: dsec.sandbox.v1.GetResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	95,  // 31: dsec.sandbox.v1.ListRequest.selector:type_name -> dsec.sandbox.v1.ListRequest.SelectorEntry
+	5,   // 32: dsec.sandbox.v1.ListResponse.sandboxes:type_name -> dsec.sandbox.v1.Sandbox
+	96,  // 33: dsec.sandbox.v1.DeleteRequest.selector:type_name -> dsec.sandbox.v1.DeleteRequest.SelectorEntry
+	97,  // 34: dsec.sandbox.v1.ExecRequest.env:type_name -> dsec.sandbox.v1.ExecRequest.EnvEntry
+	104, // 35: dsec.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	1,   // 36: dsec.sandbox.v1.ExecRequest.sealed:type_name -> dsec.sandbox.v1.Seal
+	2,   // 37: dsec.sandbox.v1.OutputChunk.stream:type_name -> dsec.sandbox.v1.Stream
+	104, // 38: dsec.sandbox.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	24,  // 39: dsec.sandbox.v1.ExecResponse.started:type_name -> dsec.sandbox.v1.ExecStarted
+	25,  // 40: dsec.sandbox.v1.ExecResponse.output:type_name -> dsec.sandbox.v1.OutputChunk
+	26,  // 41: dsec.sandbox.v1.ExecResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
+	27,  // 42: dsec.sandbox.v1.ExecResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	103, // 43: dsec.sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	29,  // 44: dsec.sandbox.v1.ReadFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	32,  // 45: dsec.sandbox.v1.WriteFileRequest.header:type_name -> dsec.sandbox.v1.WriteFileHeader
+	29,  // 46: dsec.sandbox.v1.WriteFileResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	6,   // 47: dsec.sandbox.v1.BatchCreateRequest.template:type_name -> dsec.sandbox.v1.CreateRequest
+	104, // 48: dsec.sandbox.v1.ItemError.retry_after:type_name -> google.protobuf.Duration
+	5,   // 49: dsec.sandbox.v1.BatchCreateResult.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	36,  // 50: dsec.sandbox.v1.BatchCreateResult.error:type_name -> dsec.sandbox.v1.ItemError
+	37,  // 51: dsec.sandbox.v1.BatchCreateResponse.results:type_name -> dsec.sandbox.v1.BatchCreateResult
+	104, // 52: dsec.sandbox.v1.SetTimeoutRequest.ttl:type_name -> google.protobuf.Duration
+	104, // 53: dsec.sandbox.v1.SetTimeoutRequest.idle_ttl:type_name -> google.protobuf.Duration
+	104, // 54: dsec.sandbox.v1.SetTimeoutRequest.paused_ttl:type_name -> google.protobuf.Duration
+	5,   // 55: dsec.sandbox.v1.SetTimeoutResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	98,  // 56: dsec.sandbox.v1.UpdateLabelsRequest.set:type_name -> dsec.sandbox.v1.UpdateLabelsRequest.SetEntry
+	5,   // 57: dsec.sandbox.v1.UpdateLabelsResponse.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	99,  // 58: dsec.sandbox.v1.WatchRequest.selector:type_name -> dsec.sandbox.v1.WatchRequest.SelectorEntry
+	3,   // 59: dsec.sandbox.v1.Event.type:type_name -> dsec.sandbox.v1.EventType
+	5,   // 60: dsec.sandbox.v1.Event.sandbox:type_name -> dsec.sandbox.v1.Sandbox
+	103, // 61: dsec.sandbox.v1.Event.time:type_name -> google.protobuf.Timestamp
+	44,  // 62: dsec.sandbox.v1.WatchResponse.event:type_name -> dsec.sandbox.v1.Event
+	27,  // 63: dsec.sandbox.v1.WatchResponse.keepalive:type_name -> dsec.sandbox.v1.Keepalive
+	104, // 64: dsec.sandbox.v1.StatsResponse.cpu_usage:type_name -> google.protobuf.Duration
+	103, // 65: dsec.sandbox.v1.ExecInfo.started_at:type_name -> google.protobuf.Timestamp
+	26,  // 66: dsec.sandbox.v1.ExecInfo.exit:type_name -> dsec.sandbox.v1.ExecExit
+	56,  // 67: dsec.sandbox.v1.ListExecsResponse.execs:type_name -> dsec.sandbox.v1.ExecInfo
+	29,  // 68: dsec.sandbox.v1.StatResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	29,  // 69: dsec.sandbox.v1.ListDirResponse.entries:type_name -> dsec.sandbox.v1.FileInfo
+	29,  // 70: dsec.sandbox.v1.MakeDirResponse.info:type_name -> dsec.sandbox.v1.FileInfo
+	70,  // 71: dsec.sandbox.v1.UploadTarRequest.header:type_name -> dsec.sandbox.v1.UploadTarHeader
+	104, // 72: dsec.sandbox.v1.PackDiffResponse.frozen:type_name -> google.protobuf.Duration
+	104, // 73: dsec.sandbox.v1.PackDiffResponse.duration:type_name -> google.protobuf.Duration
+	77,  // 74: dsec.sandbox.v1.ListBackendsResponse.backends:type_name -> dsec.sandbox.v1.BackendInfo
+	103, // 75: dsec.sandbox.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	79,  // 76: dsec.sandbox.v1.ListSessionsResponse.sessions:type_name -> dsec.sandbox.v1.Session
+	100, // 77: dsec.sandbox.v1.GradeFromRequest.env:type_name -> dsec.sandbox.v1.GradeFromRequest.EnvEntry
+	104, // 78: dsec.sandbox.v1.GradeFromRequest.timeout:type_name -> google.protobuf.Duration
+	4,   // 79: dsec.sandbox.v1.GradeFromRequest.resources:type_name -> dsec.sandbox.v1.Resources
+	26,  // 80: dsec.sandbox.v1.GradeFromResponse.exit:type_name -> dsec.sandbox.v1.ExecExit
+	101, // 81: dsec.sandbox.v1.PauseRequest.selector:type_name -> dsec.sandbox.v1.PauseRequest.SelectorEntry
+	0,   // 82: dsec.sandbox.v1.PauseResult.state:type_name -> dsec.sandbox.v1.State
+	104, // 83: dsec.sandbox.v1.PauseResult.took:type_name -> google.protobuf.Duration
+	36,  // 84: dsec.sandbox.v1.PauseResult.error:type_name -> dsec.sandbox.v1.ItemError
+	86,  // 85: dsec.sandbox.v1.PauseResponse.results:type_name -> dsec.sandbox.v1.PauseResult
+	102, // 86: dsec.sandbox.v1.ResumeRequest.selector:type_name -> dsec.sandbox.v1.ResumeRequest.SelectorEntry
+	86,  // 87: dsec.sandbox.v1.ResumeResponse.results:type_name -> dsec.sandbox.v1.PauseResult
+	6,   // 88: dsec.sandbox.v1.SandboxService.Create:input_type -> dsec.sandbox.v1.CreateRequest
+	17,  // 89: dsec.sandbox.v1.SandboxService.Get:input_type -> dsec.sandbox.v1.GetRequest
+	19,  // 90: dsec.sandbox.v1.SandboxService.List:input_type -> dsec.sandbox.v1.ListRequest
+	21,  // 91: dsec.sandbox.v1.SandboxService.Delete:input_type -> dsec.sandbox.v1.DeleteRequest
+	23,  // 92: dsec.sandbox.v1.SandboxService.Exec:input_type -> dsec.sandbox.v1.ExecRequest
+	30,  // 93: dsec.sandbox.v1.SandboxService.ReadFile:input_type -> dsec.sandbox.v1.ReadFileRequest
+	33,  // 94: dsec.sandbox.v1.SandboxService.WriteFile:input_type -> dsec.sandbox.v1.WriteFileRequest
+	35,  // 95: dsec.sandbox.v1.SandboxService.BatchCreate:input_type -> dsec.sandbox.v1.BatchCreateRequest
+	39,  // 96: dsec.sandbox.v1.SandboxService.SetTimeout:input_type -> dsec.sandbox.v1.SetTimeoutRequest
+	41,  // 97: dsec.sandbox.v1.SandboxService.UpdateLabels:input_type -> dsec.sandbox.v1.UpdateLabelsRequest
+	43,  // 98: dsec.sandbox.v1.SandboxService.Watch:input_type -> dsec.sandbox.v1.WatchRequest
+	46,  // 99: dsec.sandbox.v1.SandboxService.Stats:input_type -> dsec.sandbox.v1.StatsRequest
+	48,  // 100: dsec.sandbox.v1.SandboxService.Attach:input_type -> dsec.sandbox.v1.AttachRequest
+	49,  // 101: dsec.sandbox.v1.SandboxService.WriteStdin:input_type -> dsec.sandbox.v1.WriteStdinRequest
+	51,  // 102: dsec.sandbox.v1.SandboxService.Signal:input_type -> dsec.sandbox.v1.SignalRequest
+	53,  // 103: dsec.sandbox.v1.SandboxService.ResizeTTY:input_type -> dsec.sandbox.v1.ResizeTTYRequest
+	55,  // 104: dsec.sandbox.v1.SandboxService.ListExecs:input_type -> dsec.sandbox.v1.ListExecsRequest
+	58,  // 105: dsec.sandbox.v1.SandboxService.Stat:input_type -> dsec.sandbox.v1.StatRequest
+	60,  // 106: dsec.sandbox.v1.SandboxService.ListDir:input_type -> dsec.sandbox.v1.ListDirRequest
+	62,  // 107: dsec.sandbox.v1.SandboxService.MakeDir:input_type -> dsec.sandbox.v1.MakeDirRequest
+	64,  // 108: dsec.sandbox.v1.SandboxService.Remove:input_type -> dsec.sandbox.v1.RemoveRequest
+	66,  // 109: dsec.sandbox.v1.SandboxService.Rename:input_type -> dsec.sandbox.v1.RenameRequest
+	68,  // 110: dsec.sandbox.v1.SandboxService.DownloadTar:input_type -> dsec.sandbox.v1.DownloadTarRequest
+	71,  // 111: dsec.sandbox.v1.SandboxService.UploadTar:input_type -> dsec.sandbox.v1.UploadTarRequest
+	73,  // 112: dsec.sandbox.v1.SandboxService.PackDiff:input_type -> dsec.sandbox.v1.PackDiffRequest
+	75,  // 113: dsec.sandbox.v1.SandboxService.ListBackends:input_type -> dsec.sandbox.v1.ListBackendsRequest
+	78,  // 114: dsec.sandbox.v1.SandboxService.ListSessions:input_type -> dsec.sandbox.v1.ListSessionsRequest
+	81,  // 115: dsec.sandbox.v1.SandboxService.DeleteSession:input_type -> dsec.sandbox.v1.DeleteSessionRequest
+	83,  // 116: dsec.sandbox.v1.SandboxService.GradeFrom:input_type -> dsec.sandbox.v1.GradeFromRequest
+	9,   // 117: dsec.sandbox.v1.SandboxService.UpdateNetwork:input_type -> dsec.sandbox.v1.UpdateNetworkRequest
+	12,  // 118: dsec.sandbox.v1.SandboxService.GetNetwork:input_type -> dsec.sandbox.v1.GetNetworkRequest
+	85,  // 119: dsec.sandbox.v1.SandboxService.Pause:input_type -> dsec.sandbox.v1.PauseRequest
+	88,  // 120: dsec.sandbox.v1.SandboxService.Resume:input_type -> dsec.sandbox.v1.ResumeRequest
+	16,  // 121: dsec.sandbox.v1.SandboxService.Create:output_type -> dsec.sandbox.v1.CreateResponse
+	18,  // 122: dsec.sandbox.v1.SandboxService.Get:output_type -> dsec.sandbox.v1.GetResponse
+	20,  // 123: dsec.sandbox.v1.SandboxService.List:output_type -> dsec.sandbox.v1.ListResponse
+	22,  // 124: dsec.sandbox.v1.SandboxService.Delete:output_type -> dsec.sandbox.v1.DeleteResponse
+	28,  // 125: dsec.sandbox.v1.SandboxService.Exec:output_type -> dsec.sandbox.v1.ExecResponse
+	31,  // 126: dsec.sandbox.v1.SandboxService.ReadFile:output_type -> dsec.sandbox.v1.ReadFileResponse
+	34,  // 127: dsec.sandbox.v1.SandboxService.WriteFile:output_type -> dsec.sandbox.v1.WriteFileResponse
+	38,  // 128: dsec.sandbox.v1.SandboxService.BatchCreate:output_type -> dsec.sandbox.v1.BatchCreateResponse
+	40,  // 129: dsec.sandbox.v1.SandboxService.SetTimeout:output_type -> dsec.sandbox.v1.SetTimeoutResponse
+	42,  // 130: dsec.sandbox.v1.SandboxService.UpdateLabels:output_type -> dsec.sandbox.v1.UpdateLabelsResponse
+	45,  // 131: dsec.sandbox.v1.SandboxService.Watch:output_type -> dsec.sandbox.v1.WatchResponse
+	47,  // 132: dsec.sandbox.v1.SandboxService.Stats:output_type -> dsec.sandbox.v1.StatsResponse
+	28,  // 133: dsec.sandbox.v1.SandboxService.Attach:output_type -> dsec.sandbox.v1.ExecResponse
+	50,  // 134: dsec.sandbox.v1.SandboxService.WriteStdin:output_type -> dsec.sandbox.v1.WriteStdinResponse
+	52,  // 135: dsec.sandbox.v1.SandboxService.Signal:output_type -> dsec.sandbox.v1.SignalResponse
+	54,  // 136: dsec.sandbox.v1.SandboxService.ResizeTTY:output_type -> dsec.sandbox.v1.ResizeTTYResponse
+	57,  // 137: dsec.sandbox.v1.SandboxService.ListExecs:output_type -> dsec.sandbox.v1.ListExecsResponse
+	59,  // 138: dsec.sandbox.v1.SandboxService.Stat:output_type -> dsec.sandbox.v1.StatResponse
+	61,  // 139: dsec.sandbox.v1.SandboxService.ListDir:output_type -> dsec.sandbox.v1.ListDirResponse
+	63,  // 140: dsec.sandbox.v1.SandboxService.MakeDir:output_type -> dsec.sandbox.v1.MakeDirResponse
+	65,  // 141: dsec.sandbox.v1.SandboxService.Remove:output_type -> dsec.sandbox.v1.RemoveResponse
+	67,  // 142: dsec.sandbox.v1.SandboxService.Rename:output_type -> dsec.sandbox.v1.RenameResponse
+	69,  // 143: dsec.sandbox.v1.SandboxService.DownloadTar:output_type -> dsec.sandbox.v1.DownloadTarResponse
+	72,  // 144: dsec.sandbox.v1.SandboxService.UploadTar:output_type -> dsec.sandbox.v1.UploadTarResponse
+	74,  // 145: dsec.sandbox.v1.SandboxService.PackDiff:output_type -> dsec.sandbox.v1.PackDiffResponse
+	76,  // 146: dsec.sandbox.v1.SandboxService.ListBackends:output_type -> dsec.sandbox.v1.ListBackendsResponse
+	80,  // 147: dsec.sandbox.v1.SandboxService.ListSessions:output_type -> dsec.sandbox.v1.ListSessionsResponse
+	82,  // 148: dsec.sandbox.v1.SandboxService.DeleteSession:output_type -> dsec.sandbox.v1.DeleteSessionResponse
+	84,  // 149: dsec.sandbox.v1.SandboxService.GradeFrom:output_type -> dsec.sandbox.v1.GradeFromResponse
+	11,  // 150: dsec.sandbox.v1.SandboxService.UpdateNetwork:output_type -> dsec.sandbox.v1.UpdateNetworkResponse
+	14,  // 151: dsec.sandbox.v1.SandboxService.GetNetwork:output_type -> dsec.sandbox.v1.GetNetworkResponse
+	87,  // 152: dsec.sandbox.v1.SandboxService.Pause:output_type -> dsec.sandbox.v1.PauseResponse
+	89,  // 153: dsec.sandbox.v1.SandboxService.Resume:output_type -> dsec.sandbox.v1.ResumeResponse
+	121, // [121:154] is the sub-list for method output_type
+	88,  // [88:121] is the sub-list for method input_type
+	88,  // [88:88] is the sub-list for extension type_name
+	88,  // [88:88] is the sub-list for extension extendee
+	0,   // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_dsec_sandbox_v1_sandbox_proto_init() }
@@ -6628,7 +7113,7 @@ func file_dsec_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dsec_sandbox_v1_sandbox_proto_rawDesc), len(file_dsec_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   92,
+			NumMessages:   99,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -114,6 +114,10 @@ const (
 	// SandboxServiceGetNetworkProcedure is the fully-qualified name of the SandboxService's GetNetwork
 	// RPC.
 	SandboxServiceGetNetworkProcedure = "/dsec.sandbox.v1.SandboxService/GetNetwork"
+	// SandboxServicePauseProcedure is the fully-qualified name of the SandboxService's Pause RPC.
+	SandboxServicePauseProcedure = "/dsec.sandbox.v1.SandboxService/Pause"
+	// SandboxServiceResumeProcedure is the fully-qualified name of the SandboxService's Resume RPC.
+	SandboxServiceResumeProcedure = "/dsec.sandbox.v1.SandboxService/Resume"
 )
 
 // SandboxServiceClient is a client for the dsec.sandbox.v1.SandboxService service.
@@ -207,6 +211,18 @@ type SandboxServiceClient interface {
 	// GetNetwork reports a sandbox's network: its policy, addresses,
 	// counters and recent denials.
 	GetNetwork(context.Context, *connect.Request[v1.GetNetworkRequest]) (*connect.Response[v1.GetNetworkResponse], error)
+	// Pause stops a sandbox's processes (a cgroup freeze) and pushes its
+	// memory out of RAM (to the node's swap, where it has one), by ID or
+	// every sandbox a label selector matches (a job). Its state is kept; any
+	// later exec, file operation, attach or port connection resumes it
+	// first. Paused time does not count against the hard or idle TTL; its
+	// paused TTL bounds it. Pausing a paused sandbox reports it as it is.
+	Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error)
+	// Resume makes paused sandboxes run again, by ID or selector; resuming
+	// a running one reports it as it is. A node that cannot hold a
+	// sandbox's memory again refuses with ResourceExhausted and a retry
+	// hint, and the sandbox stays paused.
+	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error)
 }
 
 // NewSandboxServiceClient constructs a client for the dsec.sandbox.v1.SandboxService service. By
@@ -406,6 +422,18 @@ func NewSandboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sandboxServiceMethods.ByName("GetNetwork")),
 			connect.WithClientOptions(opts...),
 		),
+		pause: connect.NewClient[v1.PauseRequest, v1.PauseResponse](
+			httpClient,
+			baseURL+SandboxServicePauseProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("Pause")),
+			connect.WithClientOptions(opts...),
+		),
+		resume: connect.NewClient[v1.ResumeRequest, v1.ResumeResponse](
+			httpClient,
+			baseURL+SandboxServiceResumeProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("Resume")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -442,6 +470,8 @@ type sandboxServiceClient struct {
 	gradeFrom     *connect.Client[v1.GradeFromRequest, v1.GradeFromResponse]
 	updateNetwork *connect.Client[v1.UpdateNetworkRequest, v1.UpdateNetworkResponse]
 	getNetwork    *connect.Client[v1.GetNetworkRequest, v1.GetNetworkResponse]
+	pause         *connect.Client[v1.PauseRequest, v1.PauseResponse]
+	resume        *connect.Client[v1.ResumeRequest, v1.ResumeResponse]
 }
 
 // Create calls dsec.sandbox.v1.SandboxService.Create.
@@ -599,6 +629,16 @@ func (c *sandboxServiceClient) GetNetwork(ctx context.Context, req *connect.Requ
 	return c.getNetwork.CallUnary(ctx, req)
 }
 
+// Pause calls dsec.sandbox.v1.SandboxService.Pause.
+func (c *sandboxServiceClient) Pause(ctx context.Context, req *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error) {
+	return c.pause.CallUnary(ctx, req)
+}
+
+// Resume calls dsec.sandbox.v1.SandboxService.Resume.
+func (c *sandboxServiceClient) Resume(ctx context.Context, req *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error) {
+	return c.resume.CallUnary(ctx, req)
+}
+
 // SandboxServiceHandler is an implementation of the dsec.sandbox.v1.SandboxService service.
 type SandboxServiceHandler interface {
 	// Create starts a sandbox from an image and returns once it runs.
@@ -690,6 +730,18 @@ type SandboxServiceHandler interface {
 	// GetNetwork reports a sandbox's network: its policy, addresses,
 	// counters and recent denials.
 	GetNetwork(context.Context, *connect.Request[v1.GetNetworkRequest]) (*connect.Response[v1.GetNetworkResponse], error)
+	// Pause stops a sandbox's processes (a cgroup freeze) and pushes its
+	// memory out of RAM (to the node's swap, where it has one), by ID or
+	// every sandbox a label selector matches (a job). Its state is kept; any
+	// later exec, file operation, attach or port connection resumes it
+	// first. Paused time does not count against the hard or idle TTL; its
+	// paused TTL bounds it. Pausing a paused sandbox reports it as it is.
+	Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error)
+	// Resume makes paused sandboxes run again, by ID or selector; resuming
+	// a running one reports it as it is. A node that cannot hold a
+	// sandbox's memory again refuses with ResourceExhausted and a retry
+	// hint, and the sandbox stays paused.
+	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error)
 }
 
 // NewSandboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -885,6 +937,18 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sandboxServiceMethods.ByName("GetNetwork")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxServicePauseHandler := connect.NewUnaryHandler(
+		SandboxServicePauseProcedure,
+		svc.Pause,
+		connect.WithSchema(sandboxServiceMethods.ByName("Pause")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceResumeHandler := connect.NewUnaryHandler(
+		SandboxServiceResumeProcedure,
+		svc.Resume,
+		connect.WithSchema(sandboxServiceMethods.ByName("Resume")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/dsec.sandbox.v1.SandboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxServiceCreateProcedure:
@@ -949,6 +1013,10 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 			sandboxServiceUpdateNetworkHandler.ServeHTTP(w, r)
 		case SandboxServiceGetNetworkProcedure:
 			sandboxServiceGetNetworkHandler.ServeHTTP(w, r)
+		case SandboxServicePauseProcedure:
+			sandboxServicePauseHandler.ServeHTTP(w, r)
+		case SandboxServiceResumeProcedure:
+			sandboxServiceResumeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1080,4 +1148,12 @@ func (UnimplementedSandboxServiceHandler) UpdateNetwork(context.Context, *connec
 
 func (UnimplementedSandboxServiceHandler) GetNetwork(context.Context, *connect.Request[v1.GetNetworkRequest]) (*connect.Response[v1.GetNetworkResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.GetNetwork is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.Pause is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("dsec.sandbox.v1.SandboxService.Resume is not implemented"))
 }
