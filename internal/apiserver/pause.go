@@ -52,12 +52,16 @@ func (p *sandboxProxy) Pause(ctx context.Context, req *connect.Request[sandboxv1
 	m := req.Msg
 	return selectorCall(ctx, p, "pause", m.GetId(), m.GetSelector(), m, sandboxv1connect.SandboxServiceClient.Pause,
 		(*sandboxv1.PauseResponse).GetResults,
-		func(rs []*sandboxv1.PauseResult) *sandboxv1.PauseResponse { return &sandboxv1.PauseResponse{Results: rs} })
+		func(rs []*sandboxv1.PauseResult) *sandboxv1.PauseResponse {
+			return &sandboxv1.PauseResponse{Results: rs}
+		})
 }
 
 func (p *sandboxProxy) Resume(ctx context.Context, req *connect.Request[sandboxv1.ResumeRequest]) (*connect.Response[sandboxv1.ResumeResponse], error) {
 	m := req.Msg
 	return selectorCall(ctx, p, "resume", m.GetId(), m.GetSelector(), m, sandboxv1connect.SandboxServiceClient.Resume,
 		(*sandboxv1.ResumeResponse).GetResults,
-		func(rs []*sandboxv1.PauseResult) *sandboxv1.ResumeResponse { return &sandboxv1.ResumeResponse{Results: rs} })
+		func(rs []*sandboxv1.PauseResult) *sandboxv1.ResumeResponse {
+			return &sandboxv1.ResumeResponse{Results: rs}
+		})
 }
