@@ -141,10 +141,20 @@ type PortDialer interface {
 // Pauser is the optional capability of pausing a sandbox: its processes
 // stop and its memory is given back to the node (reclaimed or swapped out)
 // while its state stays; Resume makes it run on where it was. Both are
-// idempotent.
+// idempotent (pausing a paused sandbox reports it as it is) and survive a
+// restart of the backend's processes: a paused sandbox found after one is
+// still paused (Status.Paused), never thawed by it.
 type Pauser interface {
-	Pause(ctx context.Context, id string) error
-	Resume(ctx context.Context, id string) error
+	Pause(ctx context.Context, id string) (PauseInfo, error)
+	Resume(ctx context.Context, id string) (PauseInfo, error)
+}
+
+// PauseInfo is where a sandbox's memory is when a Pause or Resume returns.
+type PauseInfo struct {
+	// Resident is the sandbox's memory in RAM; Swapped its memory out of
+	// RAM, in the node's swap. A pause on a node without swap leaves
+	// Resident as it was (the sandbox only stops).
+	Resident, Swapped int64
 }
 
 // Snapshotter is the optional capability of saving a whole sandbox (its

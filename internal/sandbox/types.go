@@ -111,6 +111,9 @@ type Status struct {
 	// RunningExecs counts commands started through StartExec that have not
 	// ended (a sandbox running one is not idle).
 	RunningExecs int
+	// Paused: its processes are stopped by a Pause (Pauser) and stay so
+	// until a Resume.
+	Paused bool
 }
 
 // Stream names an exec output stream.
