@@ -54,7 +54,11 @@ import (
 //	   keeper of protocol 5 or later. Also GET /v1/network/node
 //	   (NodeNetwork: the node's totals, for /metrics), added before
 //	   protocol 5 was released, so it does not raise the protocol.
-const Protocol = 5
+//	6: pause and resume of sandboxes (their endpoints, PauseInfo,
+//	   SandboxInfo.Paused) and exec step keys (ExecSpec.StepKey,
+//	   ExecInfo.StepKey). A client sends them only to a keeper of
+//	   protocol 6 or later.
+const Protocol = 6
 
 // MinProtocol is the oldest client protocol a keeper of this package serves.
 const MinProtocol = 2
