@@ -119,6 +119,17 @@ func (w *world) do(t *testing.T, fn func() error) {
 	}
 }
 
+// listen runs fn, which makes a socket, in the world's namespace, or in
+// the host's when w is nil.
+func (w *world) listen(t *testing.T, fn func() error) {
+	t.Helper()
+	if w != nil {
+		w.do(t, fn)
+	} else if err := fn(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // udpEcho echoes datagrams on pc and counts those that arrive.
 type udpEcho struct {
 	pc net.PacketConn
@@ -132,15 +143,10 @@ type udpEcho struct {
 func (w *world) listenUDP(t *testing.T, addr string) *udpEcho {
 	t.Helper()
 	e := &udpEcho{}
-	listen := func() (err error) {
+	w.listen(t, func() (err error) {
 		e.pc, err = net.ListenPacket("udp4", net.JoinHostPort(addr, "0"))
 		return err
-	}
-	if w != nil {
-		w.do(t, listen)
-	} else if err := listen(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	t.Cleanup(func() { e.pc.Close() })
 	go func() {
 		buf := make([]byte, 65536)
@@ -180,15 +186,10 @@ type tcpCounter struct {
 func (w *world) listenTCP(t *testing.T, addr string) *tcpCounter {
 	t.Helper()
 	c := &tcpCounter{}
-	listen := func() (err error) {
+	w.listen(t, func() (err error) {
 		c.ln, err = net.Listen("tcp4", net.JoinHostPort(addr, "0"))
 		return err
-	}
-	if w != nil {
-		w.do(t, listen)
-	} else if err := listen(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	t.Cleanup(func() { c.ln.Close() })
 	go func() {
 		for {
