@@ -131,9 +131,13 @@ type Edge struct {
 	idem   idemLocks
 	// netLocks serialise the network updates of one sandbox.
 	netLocks idemLocks
-	// gates order each sandbox's pause, resume and delete with the
-	// starts of the operations that need it running (gate.go).
-	gates gates
+	// changes serialise each sandbox's pause, resume and delete (and the
+	// reconcile tick's settling of them); gates order its pause and
+	// resume with the starts of the operations that need it running
+	// (gate.go). A pause or resume takes both, in that order; a delete
+	// only changes, so it never waits for a file transfer.
+	changes gates
+	gates   gates
 	// pauseSlots bounds the pauses and resumes the backends run at once
 	// (pause.go).
 	pauseSlots chan struct{}

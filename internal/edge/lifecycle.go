@@ -541,11 +541,11 @@ func (e *Edge) DeleteSelector(ctx context.Context, caller Caller, sel map[string
 // deleteOne deletes a sandbox and publishes typ (deleted, or ttl_expired)
 // once the backend removed everything. A sandbox still being created is
 // FailedPrecondition; one already being deleted is NotFound. A pause or
-// resume of the sandbox in flight ends first (the gate), and none starts
-// while it is deleted; a paused sandbox is deleted as it is, without
-// being resumed.
+// resume of the sandbox in flight ends first (Edge.changes), and none
+// starts while it is deleted; a paused sandbox is deleted as it is,
+// without being resumed.
 func (e *Edge) deleteOne(ctx context.Context, id, typ, reason string) error {
-	unlock, err := e.gates.lock(ctx, id)
+	unlock, err := e.changes.lock(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -36,8 +36,9 @@ import (
 // resumes it first (ready); Get, List, Stats, Watch, ListExecs,
 // ListSessions, GetNetwork, SetTimeout and UpdateLabels do not.
 //
-// Each sandbox's pause, resume and delete run one at a time, ordered with
-// the starts of the operations that need it running (gate.go).
+// Each sandbox's pause, resume and delete run one at a time (Edge.changes);
+// its pause and resume are ordered with the starts of the operations that
+// need it running (Edge.gates, gate.go).
 
 // Idle actions: what an expired idle TTL does (Record.IdleAction).
 const (
@@ -239,7 +240,7 @@ func backendContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // pauseOne pauses sandbox id (pause.go's comment says how).
 func (e *Edge) pauseOne(ctx context.Context, id string) (PauseResult, error) {
-	unlock, err := e.gates.lock(ctx, id)
+	unlock, err := e.lockChange(ctx, id)
 	if err != nil {
 		return PauseResult{}, err
 	}
@@ -310,7 +311,7 @@ func (e *Edge) undoPause(ctx context.Context, p sandbox.Pauser, id string, cause
 
 // resumeOne resumes sandbox id (pause.go's comment says how).
 func (e *Edge) resumeOne(ctx context.Context, id string) (PauseResult, error) {
-	unlock, err := e.gates.lock(ctx, id)
+	unlock, err := e.lockChange(ctx, id)
 	if err != nil {
 		return PauseResult{}, err
 	}
@@ -370,6 +371,36 @@ func (e *Edge) resumeOne(ctx context.Context, id string) (PauseResult, error) {
 		m.ResumeSeconds.WithLabelValues(r.Backend).Observe(took.Seconds())
 	}
 	return resultOf(r, took), nil
+}
+
+// lockChange takes sandbox id's change lock, then its gate's exclusive
+// side, for a pause or resume; the returned func releases both.
+func (e *Edge) lockChange(ctx context.Context, id string) (func(), error) {
+	unchange, err := e.changes.lock(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ungate, err := e.gates.lock(ctx, id)
+	if err != nil {
+		unchange()
+		return nil, err
+	}
+	return func() { ungate(); unchange() }, nil
+}
+
+// tryLockChange is lockChange without waiting: false when anybody holds
+// or awaits either.
+func (e *Edge) tryLockChange(id string) (func(), bool) {
+	unchange, ok := e.changes.tryLock(id)
+	if !ok {
+		return nil, false
+	}
+	ungate, ok := e.gates.tryLock(id)
+	if !ok {
+		unchange()
+		return nil, false
+	}
+	return func() { ungate(); unchange() }, true
 }
 
 // ready returns the record of sandbox id, which caller must see, for an

@@ -1103,3 +1103,38 @@ func TestPausedSandboxEnds(t *testing.T) {
 	}
 	wantHeld(t, e, 0)
 }
+
+// TestDeleteDoesNotWaitForOperations: a delete waits for a pause or resume
+// of its sandbox, not for the operations being started on it (a long file
+// transfer would hold it up).
+func TestDeleteDoesNotWaitForOperations(t *testing.T) {
+	n, p := newPauseNode(t)
+	e := n.openPause(p.open())
+	defer e.Close()
+	r := create(t, e, 64*testMiB)
+	inStart, release := make(chan struct{}), make(chan struct{})
+	p.set(func(p *pauseNode) {
+		p.startHook = func(string) {
+			close(inStart)
+			<-release
+		}
+	})
+	execDone := make(chan error, 1)
+	go func() {
+		execDone <- e.Exec(context.Background(), admin, ExecParams{Sandbox: r.ID, Argv: []string{"true"}}, func(ExecEvent) error { return nil })
+	}()
+	<-inStart
+	delDone := make(chan error, 1)
+	go func() { delDone <- e.Delete(context.Background(), admin, r.ID) }()
+	select {
+	case err := <-delDone:
+		if err != nil {
+			t.Errorf("Delete while an exec starts = %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("Delete waited for an exec being started")
+	}
+	close(release)
+	<-execDone // gone under it: any answer will do
+	wantHeld(t, e, 0)
+}

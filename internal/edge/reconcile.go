@@ -201,11 +201,12 @@ func (e *Edge) retryDelete(ctx context.Context, be sandbox.Backend, id string) {
 //   - pausing, paused or resuming, and the backend lost it or its init
 //     ended: failed.
 //
-// It takes the sandbox's gate, and leaves a sandbox whose gate is taken
-// (a pause, resume or delete is in flight) to that; a backend that cannot
-// say is asked again at the next tick.
+// It takes the sandbox's change lock and gate, and leaves a sandbox whose
+// are taken (a pause, resume or delete is in flight, or an operation
+// starts) to that; a backend that cannot say is asked again at the next
+// tick.
 func (e *Edge) settle(ctx context.Context, be sandbox.Backend, id string) {
-	unlock, ok := e.gates.tryLock(id)
+	unlock, ok := e.tryLockChange(id)
 	if !ok {
 		return
 	}
