@@ -153,3 +153,59 @@ func checkConsistentFuzz(t *testing.T, e *Edge, p *pauseNode, op byte) {
 		t.Fatalf("after op %#x: backend has %v, records %d", op, ids, len(recs))
 	}
 }
+
+// FuzzPauseRequest sends pause and resume requests with any ID and
+// selector, as a key of another project: each is refused
+// (InvalidArgument, NotFound) or matches nothing, and no sandbox of the
+// project that owns them is paused or resumed.
+//
+//	go test -run '^$' -fuzz FuzzPauseRequest -fuzztime 30s ./internal/edge/
+func FuzzPauseRequest(f *testing.F) {
+	f.Add("", "job", "train", true)
+	f.Add("n-aaaaaaaaaaaa", "", "", false)
+	f.Add("n-aaaaaaaaaaaa", "job", "train", true)
+	f.Add("../../etc", "dsec.io/project", "alice", false)
+	f.Add("n-\x00", "job\x00", "", true)
+	f.Add("@a", "", "", true) // a real sandbox of alice by ID
+	n, p := newPauseNode(f)
+	e := n.openPause(p.open())
+	f.Cleanup(func() { e.Close() })
+	alice := Caller{Project: "alice", KeyID: "ka"}
+	mallory := Caller{Project: "mallory", KeyID: "km"}
+	ctx := context.Background()
+	var ids []string
+	for range 2 {
+		r, err := e.Create(ctx, alice, CreateParams{Image: "busybox", Labels: map[string]string{"job": "train"}}, "")
+		if err != nil {
+			f.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	if _, err := e.Pause(ctx, alice, ids[1], nil); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, id, k, v string, useID bool) {
+		if useID && len(id) > 0 && id[0] == '@' {
+			id = ids[int(id[len(id)-1])%len(ids)] // aim at a real one
+		}
+		var sel map[string]string
+		if k != "" || v != "" {
+			sel = map[string]string{k: v}
+		}
+		if !useID {
+			id = ""
+		}
+		for _, call := range []func(context.Context, Caller, string, map[string]string) ([]PauseResult, error){e.Pause, e.Resume} {
+			res, err := call(ctx, mallory, id, sel)
+			switch {
+			case err != nil && !errdefs.Is(err, errdefs.ErrInvalidArgument) && !errdefs.Is(err, errdefs.ErrNotFound):
+				t.Fatalf("(%q, %q) = %v, want InvalidArgument or NotFound", id, sel, err)
+			case err == nil && len(res) != 0:
+				t.Fatalf("(%q, %q) = %+v: another project's sandboxes", id, sel, res)
+			}
+		}
+		if state(e, ids[0]) != StateRunning || state(e, ids[1]) != StatePaused || p.count("Pause") != 1 || p.count("Resume") != 0 {
+			t.Fatalf("after (%q, %q): %s, %s, %d pauses, %d resumes", id, sel, state(e, ids[0]), state(e, ids[1]), p.count("Pause"), p.count("Resume"))
+		}
+	})
+}

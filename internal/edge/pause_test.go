@@ -1138,3 +1138,77 @@ func TestDeleteDoesNotWaitForOperations(t *testing.T) {
 	<-execDone // gone under it: any answer will do
 	wantHeld(t, e, 0)
 }
+
+// TestMoveAccountsEveryTransition takes a record through every transition
+// of the table: each persists the state, leaves admission holding what
+// the new state holds (the resident memory while paused, nothing once
+// deleted), stops or restarts the hard TTL clock as the states say, and
+// publishes the transition's event.
+func TestMoveAccountsEveryTransition(t *testing.T) {
+	n, p := newPauseNode(t)
+	e := n.openPause(p.open())
+	defer e.Close()
+	w := e.events.subscribe(admin, nil)
+	defer e.events.unsubscribe(w)
+	i := 0
+	for from, info := range states {
+		for _, to := range info.next {
+			i++
+			id := fmt.Sprintf("n-move%08d", i)
+			now := time.Now().UTC()
+			r := &Record{ID: id, Backend: "fake", Project: "default", State: from, EndEvent: EventDeleted,
+				Resources: sandbox.Resources{MemoryBytes: 64 * testMiB, DiskBytes: 16 * testMiB},
+				CreatedAt: now, ExpiresAt: now.Add(time.Hour), Resident: 8 * testMiB}
+			if !states[from].ttl {
+				r.TTLStopped = now.Add(-time.Minute)
+			}
+			if err := e.store.insert(r); err != nil {
+				t.Fatal(err)
+			}
+			e.hold(r)
+			before := e.admission().MemoryCommitted
+			got, err := e.transition(id, from, to, "", nil)
+			if err != nil {
+				t.Errorf("%s → %s = %v", from, to, err)
+				continue
+			}
+			if got.State != to || state(e, id) != to {
+				t.Errorf("%s → %s: record is %s, stored %s", from, to, got.State, state(e, id))
+			}
+			wantHeld := int64(0)
+			if to != StateDeleted {
+				wantHeld = memHeld(got)
+			}
+			if d := e.admission().MemoryCommitted - before; d != wantHeld-memHeld(r) {
+				t.Errorf("%s → %s: admission moved by %d MiB, want %d MiB", from, to, d/testMiB, (wantHeld-memHeld(r))/testMiB)
+			}
+			if to != StateDeleted {
+				if stopped := !got.TTLStopped.IsZero(); stopped == states[to].ttl {
+					t.Errorf("%s → %s: TTL clock stopped %v, want stopped %v", from, to, stopped, !states[to].ttl)
+				}
+				if !states[from].ttl && states[to].ttl && !got.ExpiresAt.After(r.ExpiresAt) {
+					t.Errorf("%s → %s: the stopped time was not added to the hard TTL", from, to)
+				}
+			}
+			want := transitionEvent(from, to)
+			if to == StateDeleted {
+				want = EventDeleted
+			}
+			if evs := drain(w); want == "" && len(evs) != 0 || want != "" && !slices.Equal(evs, []string{want}) {
+				t.Errorf("%s → %s: events %v, want %q", from, to, evs, want)
+			}
+			if to != StateDeleted {
+				// Leave nothing: finish through the table.
+				for _, s := range []State{StateDeleting, StateDeleted} {
+					if allowed(state(e, id), s) {
+						e.transition(id, "", s, "", nil)
+					}
+				}
+				drain(w)
+			}
+		}
+	}
+	if i != 19 {
+		t.Errorf("%d transitions, want the table's 19", i)
+	}
+}

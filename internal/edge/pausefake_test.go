@@ -41,7 +41,7 @@ type pauseNode struct {
 	startHook func(id string) // called as an exec starts, before it is refused or run
 }
 
-func newPauseNode(t *testing.T) (*testNode, *pauseNode) {
+func newPauseNode(t testing.TB) (*testNode, *pauseNode) {
 	n := newTestNode(t)
 	return n, &pauseNode{
 		FakeNode: n.node, paused: map[string]bool{}, calls: map[string]int{}, byID: map[string]int{},

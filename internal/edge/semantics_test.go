@@ -38,12 +38,12 @@ func (fakeImages) Resolve(_ context.Context, ref string) (Image, error) {
 // testNode is a fake node and the state dir of the edge on it, so that a
 // test can restart the edge.
 type testNode struct {
-	t    *testing.T
+	t    testing.TB
 	node *sandboxtest.FakeNode
 	dir  string
 }
 
-func newTestNode(t *testing.T) *testNode {
+func newTestNode(t testing.TB) *testNode {
 	return &testNode{t: t, node: sandboxtest.NewFakeNode(), dir: t.TempDir()}
 }
 
