@@ -183,7 +183,7 @@ func statsJSON(r statsRow) (json.RawMessage, error) {
 		Pids: r.Pids, PidsLimit: r.PidsLimit, DiskBytes: r.Disk, DiskLimit: r.DiskLimit, OomKills: r.OOMKills,
 		OutputBytes: r.Output, OutputLimit: r.OutputLimit,
 		NetBytesOut: r.NetOut, NetBytesIn: r.NetIn, NetConnectionsOut: r.NetConnections, NetDenied: r.NetDenied,
-		Networked: r.Networked,
+		Networked: r.Networked, SwappedBytes: r.Swapped,
 	})
 	if err != nil {
 		return nil, err

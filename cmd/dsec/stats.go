@@ -212,6 +212,9 @@ func printStats(w io.Writer, output string, rows []statsRow, sampled bool) error
 		if r.OOMKills > 0 {
 			mem += fmt.Sprintf(" (%d OOM)", r.OOMKills)
 		}
+		if r.Swapped > 0 {
+			mem += " (" + dsec.FormatSize(r.Swapped) + " swapped)"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d / %d\t%s / %s\t%s / %s", r.ID, cpu, mem, r.Pids, r.PidsLimit,
 			dsec.FormatSize(r.Disk), dsec.FormatSize(r.DiskLimit), dsec.FormatSize(r.Output), dsec.FormatSize(r.OutputLimit))
 		switch {
