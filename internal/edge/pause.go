@@ -93,14 +93,15 @@ const (
 	// or into RAM, and a flood of them (a job of thousands, or a hostile
 	// caller) would have the node do little else.
 	maxPausesAtOnce = 8
-	// pauseTimeout bounds a backend's pause or resume. Either goes on
-	// when its caller goes away, so that the record is never left
-	// half-way by a client.
-	pauseTimeout = 2 * time.Minute
 	// readyTries is how often an operation resumes a sandbox that is
 	// paused again before it could start, before it gives up.
 	readyTries = 3
 )
+
+// pauseTimeout bounds a backend's pause or resume. Either goes on when
+// its caller goes away, so that the record is never left half-way by a
+// client. (A variable for tests.)
+var pauseTimeout = 2 * time.Minute
 
 // PauseResult is the outcome of a pause or resume of one sandbox.
 type PauseResult struct {
@@ -274,7 +275,7 @@ func (e *Edge) pauseOne(ctx context.Context, id string) (PauseResult, error) {
 	info, err := p.Pause(bctx, id)
 	crashPoint("pause:stopped")
 	if err != nil {
-		return PauseResult{}, e.undoPause(bctx, p, id, err)
+		return PauseResult{}, e.undoPause(ctx, p, id, err)
 	}
 	r, err = e.transition(id, StatePausing, StatePaused, "", func(r *Record) {
 		r.PausedAt = time.Now().UTC()
@@ -294,9 +295,12 @@ func (e *Edge) pauseOne(ctx context.Context, id string) (PauseResult, error) {
 // undoPause makes a sandbox whose pause failed run again (its backend may
 // have stopped part of it) and records it running; if that fails too, the
 // sandbox cannot be trusted to run and is recorded failed. It returns the
-// pause's error.
+// pause's error. The undo has a backend context of its own: a pause that
+// failed by running out of its time leaves the undo all of its.
 func (e *Edge) undoPause(ctx context.Context, p sandbox.Pauser, id string, cause error) error {
-	if _, err := p.Resume(ctx, id); err != nil {
+	bctx, cancel := backendContext(ctx)
+	defer cancel()
+	if _, err := p.Resume(bctx, id); err != nil {
 		reason := "its pause failed and it could not be made to run again: " + e.publicReason(id, "undo a failed pause", err)
 		if _, terr := e.transition(id, StatePausing, StateFailed, reason, nil); terr != nil {
 			e.log.Warn("record a failed pause", "sandbox", id, "err", terr)

@@ -1226,3 +1226,22 @@ func drainNow(w *watcher) []string {
 		}
 	}
 }
+
+// TestPauseTimeoutUndone: a pause the backend does not finish in time is
+// undone with time of its own (the sandbox runs on, never half-frozen).
+func TestPauseTimeoutUndone(t *testing.T) {
+	n, p := newPauseNode(t)
+	e := n.openPause(p.open())
+	defer e.Close()
+	r := create(t, e, 64*testMiB)
+	defer func(d time.Duration) { pauseTimeout = d }(pauseTimeout)
+	pauseTimeout = 50 * time.Millisecond
+	p.set(func(p *pauseNode) { p.stuck = true })
+	if _, err := e.Pause(context.Background(), admin, r.ID, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Pause that timed out = %v, want the deadline", err)
+	}
+	if state(e, r.ID) != StateRunning || p.isPaused(r.ID) {
+		t.Errorf("after a pause timed out: %s, backend paused %v; want running, undone", state(e, r.ID), p.isPaused(r.ID))
+	}
+	wantHeld(t, e, 64*testMiB)
+}

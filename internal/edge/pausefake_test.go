@@ -33,10 +33,11 @@ type pauseNode struct {
 	calls     map[string]int // "Pause", "Resume"
 	byID      map[string]int // "Pause id", "Resume id"
 	info      sandbox.PauseInfo
-	pauseErr  error           // Pause fails (after stopping the sandbox when pauseHalf)
+	pauseErr  error           // Pause fails (after stopping the sandbox when half)
 	half      bool            // a failing Pause leaves the sandbox stopped
 	resumeEr  error           // Resume fails
 	block     chan struct{}   // Pause and Resume wait for it when set
+	stuck     bool            // Pause stops the sandbox, then waits for its context to end
 	entered   chan string     // told "Pause id" or "Resume id" as one starts, when set
 	startHook func(id string) // called as an exec starts, before it is refused or run
 }
@@ -94,9 +95,11 @@ func (f *pauseFake) enter(call, id string) (block chan struct{}) {
 	return block
 }
 
+// wait waits for block (when set); a call whose context has ended fails,
+// as a real backend's would.
 func wait(ctx context.Context, block chan struct{}) error {
 	if block == nil {
-		return nil
+		return ctx.Err()
 	}
 	select {
 	case <-block:
@@ -109,6 +112,16 @@ func wait(ctx context.Context, block chan struct{}) error {
 func (f *pauseFake) Pause(ctx context.Context, id string) (sandbox.PauseInfo, error) {
 	if err := wait(ctx, f.enter("Pause", id)); err != nil {
 		return sandbox.PauseInfo{}, err
+	}
+	f.p.mu.Lock()
+	stuck := f.p.stuck
+	if stuck {
+		f.p.paused[id] = true // stopped, and then nothing
+	}
+	f.p.mu.Unlock()
+	if stuck {
+		<-ctx.Done()
+		return sandbox.PauseInfo{}, ctx.Err()
 	}
 	if _, err := f.Fake.Status(ctx, id); err != nil {
 		return sandbox.PauseInfo{}, err

@@ -276,7 +276,7 @@ func (e *Edge) settle(ctx context.Context, be sandbox.Backend, id string) {
 		}
 	case r.State == StatePausing:
 		e.log.Info("undoing an interrupted pause", "sandbox", id)
-		err := e.undoPause(bctx, p, id, errors.New("interrupted by a restart of the node"))
+		err := e.undoPause(ctx, p, id, errors.New("interrupted by a restart of the node"))
 		e.log.Info("undid an interrupted pause", "sandbox", id, "result", err)
 	case r.State == StateResuming:
 		e.log.Info("finishing an interrupted resume", "sandbox", id)
