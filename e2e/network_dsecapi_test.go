@@ -15,7 +15,7 @@ import (
 // Connect JSON with busybox wget) as itself, whatever key it sends: its
 // own project's sandboxes, no admin, none of the calls that would take it
 // around its policy (a network policy change, a sandbox with a network, a
-// key). A sandbox whose policy does not allow it resolves nothing and
+// key), no pause. A sandbox whose policy does not allow it resolves nothing and
 // reaches nothing at its gateway, and revoking dsec-api cuts it off.
 func TestSandboxAPI(t *testing.T) {
 	p := newPlatform(t)
@@ -82,6 +82,11 @@ func TestSandboxAPI(t *testing.T) {
 		{"dsec.sandbox.v1.SandboxService/Create", `{"image":"busybox","network":{"mode":"open"}}`},
 		{"dsec.admin.v1.AdminService/CreateKey", `{"name":"mine"}`},
 		{"dsec.image.v1.ImageService/DeleteImage", `{"name":"busybox"}`},
+		// No pause, of itself or of its project's others (sandboxapi.go
+		// says why); resume is what any request does.
+		{"dsec.sandbox.v1.SandboxService/Pause", `{"id":"` + api.ID + `"}`},
+		{"dsec.sandbox.v1.SandboxService/Pause", `{"id":"` + other.ID + `"}`},
+		{"dsec.sandbox.v1.SandboxService/Pause", `{"selector":{"a":"b"}}`},
 	} {
 		if out := call(refused.procedure, refused.body); !strings.HasPrefix(out, "HTTP/1.1 403") {
 			t.Errorf("%s %s from the sandbox = %s; want 403 (permission denied)", refused.procedure, refused.body, out)

@@ -156,3 +156,28 @@ func pythonEnv(t *testing.T, p *platform) []string {
 		"PIP_NO_INPUT=1",
 	)
 }
+
+// TestPythonPause runs the Python SDK's live pause tests
+// (sdk/python/tests/pause_live.py, which unittest's discovery leaves out)
+// against a real dsec up. It needs the node side of issue 15 (the container
+// backend's Pauser).
+func TestPythonPause(t *testing.T) {
+	python := requirePython(t)
+	p := newPlatform(t)
+	p.Busybox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-m", "unittest", "pause_live", "-v")
+	cmd.Dir = filepath.Join(testenv.ModuleRoot(), "sdk", "python", "tests")
+	cmd.Env = pythonEnv(t, p)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python -m unittest pause_live: %v\n%s", err, out)
+	}
+	if ran := regexp.MustCompile(`(?m)^Ran (\d+) tests? in`).FindSubmatch(out); ran == nil || string(ran[1]) != "5" {
+		t.Errorf("python -m unittest pause_live ran %q tests, want 5\n%s", ran, out)
+	}
+	if regexp.MustCompile(`(?m)^OK \(.*skipped|\.\.\. skipped`).Match(out) {
+		t.Errorf("python pause tests were skipped with a server present:\n%s", out)
+	}
+}

@@ -101,13 +101,17 @@ func sandboxProto(sb *dsec.Sandbox) *sandboxv1.Sandbox {
 			Pids:        sb.Resources.Pids,
 			DiskBytes:   sb.Resources.Disk,
 		},
-		CreatedAt:     timeProto(sb.CreatedAt),
-		ExpiresAt:     timeProto(sb.ExpiresAt),
-		IdleTtl:       durationProto(sb.IdleTTL),
-		IdleExpiresAt: timeProto(sb.IdleExpiresAt),
-		User:          sb.User,
-		Workdir:       sb.Workdir,
-		Env:           sb.Env,
+		CreatedAt:       timeProto(sb.CreatedAt),
+		ExpiresAt:       timeProto(sb.ExpiresAt),
+		IdleTtl:         durationProto(sb.IdleTTL),
+		IdleExpiresAt:   timeProto(sb.IdleExpiresAt),
+		User:            sb.User,
+		Workdir:         sb.Workdir,
+		Env:             sb.Env,
+		IdleAction:      sb.IdleAction,
+		PausedTtl:       durationProto(sb.PausedTTL),
+		PausedAt:        timeProto(sb.PausedAt),
+		PausedExpiresAt: timeProto(sb.PausedExpiresAt),
 	}
 }
 
@@ -179,7 +183,7 @@ func statsJSON(r statsRow) (json.RawMessage, error) {
 		Pids: r.Pids, PidsLimit: r.PidsLimit, DiskBytes: r.Disk, DiskLimit: r.DiskLimit, OomKills: r.OOMKills,
 		OutputBytes: r.Output, OutputLimit: r.OutputLimit,
 		NetBytesOut: r.NetOut, NetBytesIn: r.NetIn, NetConnectionsOut: r.NetConnections, NetDenied: r.NetDenied,
-		Networked: r.Networked,
+		Networked: r.Networked, SwappedBytes: r.Swapped,
 	})
 	if err != nil {
 		return nil, err

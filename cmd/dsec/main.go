@@ -84,7 +84,8 @@ var clientVerbs = []clientVerb{
 	{"run", newRunCmd}, {"exec", newExecCmd}, {"attach", newAttachCmd}, {"execs", newExecsCmd},
 	{"session", newSessionCmd}, {"grade", newGradeCmd}, {"kill", newKillCmd}, {"ps", newPsCmd},
 	{"stats", newStatsCmd}, {"timeout", newTimeoutCmd}, {"label", newLabelCmd}, {"net", newNetCmd},
-	{"watch", newWatchCmd}, {"rm", newRmCmd}, {"cp", newCpCmd}, {"port", newPortCmd},
+	{"watch", newWatchCmd}, {"rm", newRmCmd}, {"pause", newPauseCmd}, {"resume", newResumeCmd},
+	{"cp", newCpCmd}, {"port", newPortCmd},
 	{"fs", newFsCmd}, {"image", newImageCmd}, {"pack", newPackCmd}, {"key", newKeyCmd},
 	{"project", newProjectCmd}, {"backends", newBackendsCmd},
 }

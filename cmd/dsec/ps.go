@@ -22,8 +22,9 @@ func newPsCmd(g *globalFlags) *cobra.Command {
 		Use:   "ps",
 		Short: "List sandboxes",
 		Long: `List the sandboxes your key may see: ID, image, state, age, time left (the
-earlier of the hard TTL and the idle TTL, "12s idle" when it is the idle one),
-and labels. -o json prints the API's own JSON (its field names, durations like
+earlier of the hard TTL and the idle TTL, "12s idle" when it is the idle one;
+for a paused sandbox its paused TTL, "23h paused", as paused time counts
+against neither of the others), and labels. -o json prints the API's own JSON (its field names, durations like
 "900s", RFC 3339 times). -l filters by labels (repeatable, ANDed).`,
 		Example: `  dsec ps
   dsec ps -q -l job=eval
@@ -100,9 +101,17 @@ func labelString(m map[string]string) string {
 }
 
 // ttlLeft is the time left before the earlier of sb's hard and idle
-// expiries, marked "idle" when the idle TTL ends it first.
+// expiries, marked "idle" when the idle TTL ends it first (and "idle
+// pause" when that pauses it); for a paused sandbox, the time left of its
+// paused TTL, marked "paused".
 func ttlLeft(sb *dsec.Sandbox, now time.Time) string {
+	if sb.State == dsec.StatePaused && !sb.PausedExpiresAt.IsZero() {
+		return human(sb.PausedExpiresAt.Sub(now)) + " paused"
+	}
 	if !sb.IdleExpiresAt.IsZero() && sb.IdleExpiresAt.Before(sb.ExpiresAt) {
+		if sb.IdleAction == dsec.IdlePause {
+			return human(sb.IdleExpiresAt.Sub(now)) + " idle pause"
+		}
 		return human(sb.IdleExpiresAt.Sub(now)) + " idle"
 	}
 	return human(sb.ExpiresAt.Sub(now))

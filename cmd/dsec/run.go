@@ -17,13 +17,14 @@ import (
 )
 
 type createFlags struct {
-	env, labels            []string
-	workdir, user, backend string
-	memory, disk           string
-	network                string
-	cpus                   float64
-	pids                   int64
-	ttl, idleTTL           time.Duration
+	env, labels             []string
+	workdir, user, backend  string
+	memory, disk            string
+	network                 string
+	cpus                    float64
+	pids                    int64
+	ttl, idleTTL, pausedTTL time.Duration
+	idleAction              string
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
@@ -37,15 +38,23 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.Int64Var(&f.pids, "pids", 0, "most processes and threads (default 4096)")
 	fl.StringVar(&f.disk, "disk", "", "writable layer size, e.g. 10G (default 10G)")
 	fl.DurationVar(&f.ttl, "ttl", 0, "hard TTL: delete the sandbox this long after creation (default 1h)")
-	fl.DurationVar(&f.idleTTL, "idle-ttl", 0, "delete the sandbox after this long without use (default 15m)")
+	fl.DurationVar(&f.idleTTL, "idle-ttl", 0, "delete (or with --idle-action pause, pause) the sandbox after this long without use (default 15m)")
+	fl.DurationVar(&f.pausedTTL, "paused-ttl", 0, "delete the sandbox once it has been paused this long (default 24h); paused time counts against neither TTL")
+	fl.StringVar(&f.idleAction, "idle-action", "", "what the idle TTL does: delete (the default) or pause (the next request resumes it)")
 	fl.StringVar(&f.backend, "backend", "", "isolation backend (default container)")
 	fl.StringVar(&f.network, "network", "", networkFlagHelp)
 }
 
 func (f *createFlags) options(image string) (dsec.CreateOptions, error) {
 	o := dsec.CreateOptions{Image: image, Workdir: f.workdir, User: f.user, CPUs: f.cpus, Pids: f.pids,
-		TTL: f.ttl, IdleTTL: f.idleTTL, Backend: f.backend}
+		TTL: f.ttl, IdleTTL: f.idleTTL, PausedTTL: f.pausedTTL, Backend: f.backend}
 	var err error
+	if o.IdleAction, err = idleActionFlag(f.idleAction); err != nil {
+		return o, err
+	}
+	if f.ttl < 0 || f.idleTTL < 0 || f.pausedTTL < 0 {
+		return o, usageErrorf("--ttl, --idle-ttl and --paused-ttl must be positive")
+	}
 	if o.Env, err = parseKV("--env", f.env); err != nil {
 		return o, err
 	}

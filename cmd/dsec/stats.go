@@ -212,6 +212,9 @@ func printStats(w io.Writer, output string, rows []statsRow, sampled bool) error
 		if r.OOMKills > 0 {
 			mem += fmt.Sprintf(" (%d OOM)", r.OOMKills)
 		}
+		if r.Swapped > 0 {
+			mem += " (" + dsec.FormatSize(r.Swapped) + " swapped)"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d / %d\t%s / %s\t%s / %s", r.ID, cpu, mem, r.Pids, r.PidsLimit,
 			dsec.FormatSize(r.Disk), dsec.FormatSize(r.DiskLimit), dsec.FormatSize(r.Output), dsec.FormatSize(r.OutputLimit))
 		switch {
@@ -226,22 +229,33 @@ func printStats(w io.Writer, output string, rows []statsRow, sampled bool) error
 }
 
 func newTimeoutCmd(g *globalFlags) *cobra.Command {
-	var ttl, idleTTL time.Duration
+	var (
+		ttl, idleTTL, pausedTTL time.Duration
+		idleAction              string
+	)
 	cmd := &cobra.Command{
-		Use:   "timeout ID (--ttl D | --idle-ttl D)...",
+		Use:   "timeout ID (--ttl D | --idle-ttl D | --paused-ttl D | --idle-action A)...",
 		Short: "Change a live sandbox's TTLs",
-		Long: `Set a running sandbox's hard TTL (counted from now: the sandbox is deleted
-that long from now) and/or its idle TTL (it is deleted after that long
-without use). Prints when it now expires.`,
+		Long: `Set a sandbox's hard TTL (counted from now: the sandbox is deleted that long
+from now; for a paused sandbox, from when it resumes, as paused time does not
+count), its idle TTL (it is deleted, or paused with --idle-action pause, after
+that long without use), its paused TTL (it is deleted once paused that long,
+counted from its pause) and what its idle TTL does. A paused sandbox stays
+paused. Prints when it now expires.`,
 		Example: `  dsec timeout ID --ttl 4h
-  dsec timeout ID --idle-ttl 30m`,
+  dsec timeout ID --idle-ttl 30m --idle-action pause
+  dsec timeout ID --paused-ttl 72h`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if ttl == 0 && idleTTL == 0 {
-				return usageErrorf("give --ttl, --idle-ttl or both")
+			if ttl == 0 && idleTTL == 0 && pausedTTL == 0 && idleAction == "" {
+				return usageErrorf("give --ttl, --idle-ttl, --paused-ttl or --idle-action")
 			}
-			if ttl < 0 || idleTTL < 0 {
+			if ttl < 0 || idleTTL < 0 || pausedTTL < 0 {
 				return usageErrorf("TTLs must be positive")
+			}
+			action, err := idleActionFlag(idleAction)
+			if err != nil {
+				return err
 			}
 			c, err := g.client()
 			if err != nil {
@@ -249,18 +263,35 @@ without use). Prints when it now expires.`,
 			}
 			defer c.Close()
 			sb := c.Sandbox(args[0])
-			if err := sb.SetTimeout(cmd.Context(), ttl, idleTTL); err != nil {
+			if err := sb.SetTimeouts(cmd.Context(), dsec.Timeouts{TTL: ttl, IdleTTL: idleTTL, PausedTTL: pausedTTL, IdleAction: action}); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s expires at %s (in %s), idle TTL %s\n", sb.ID,
-				sb.ExpiresAt.Local().Format(time.DateTime), time.Until(sb.ExpiresAt).Round(time.Second), sb.IdleTTL)
+			w := cmd.OutOrStdout()
+			if sb.State == dsec.StatePaused {
+				fmt.Fprintf(w, "%s is paused until %s (in %s), then deleted; once resumed it expires %s after; idle TTL %s (then %s)\n", sb.ID,
+					sb.PausedExpiresAt.Local().Format(time.DateTime), time.Until(sb.PausedExpiresAt).Round(time.Second),
+					time.Until(sb.ExpiresAt).Round(time.Second), sb.IdleTTL, orDefault(sb.IdleAction, dsec.IdleDelete))
+				return nil
+			}
+			fmt.Fprintf(w, "%s expires at %s (in %s), idle TTL %s (then %s), paused TTL %s\n", sb.ID,
+				sb.ExpiresAt.Local().Format(time.DateTime), time.Until(sb.ExpiresAt).Round(time.Second), sb.IdleTTL,
+				orDefault(sb.IdleAction, dsec.IdleDelete), sb.PausedTTL)
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&ttl, "ttl", 0, "new hard TTL, counted from now (e.g. 2h)")
+	f.DurationVar(&ttl, "ttl", 0, "new hard TTL, counted from now (from the resume for a paused sandbox) (e.g. 2h)")
 	f.DurationVar(&idleTTL, "idle-ttl", 0, "new idle TTL (e.g. 30m)")
+	f.DurationVar(&pausedTTL, "paused-ttl", 0, "new paused TTL, counted from the pause for a paused sandbox (e.g. 72h)")
+	f.StringVar(&idleAction, "idle-action", "", "what the idle TTL does: delete or pause")
 	return cmd
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func newLabelCmd(g *globalFlags) *cobra.Command {
@@ -325,7 +356,8 @@ func newWatchCmd(g *globalFlags) *cobra.Command {
 		Use:   "watch [flags]",
 		Short: "Print sandbox events as they happen",
 		Long: `Print a line per state change of the sandboxes matching -l (all without it):
-time, event (created, exited, oom, ttl_expired, failed, deleted, updated),
+time, event (created, exited, oom, ttl_expired, failed, deleted, updated,
+paused, resumed),
 sandbox ID and reason. With --initial, first a created event for every
 sandbox that exists. -o json prints one JSON object per line. Runs until
 interrupted (exit 0), or until the stream fails (exit 125).`,

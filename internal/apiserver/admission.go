@@ -71,11 +71,17 @@ func (s *Server) checkCreate(ctx context.Context, msg *sandboxv1.CreateRequest) 
 	if err := checkTTL("idle ttl", msg.GetIdleTtl().AsDuration(), proj); err != nil {
 		return cluster.Project{}, err
 	}
+	if err := checkTTL("paused ttl", msg.GetPausedTtl().AsDuration(), proj); err != nil {
+		return cluster.Project{}, err
+	}
 	if msg.Ttl == nil && s.defaultTTL() > maxTTL {
 		msg.Ttl = durationOf(maxTTL)
 	}
 	if msg.IdleTtl == nil && s.defaultIdleTTL() > maxTTL {
 		msg.IdleTtl = durationOf(maxTTL)
+	}
+	if msg.PausedTtl == nil && s.defaultPausedTTL() > maxTTL {
+		msg.PausedTtl = durationOf(maxTTL)
 	}
 	if name := msg.GetImage(); name != "" {
 		ref, err := cluster.ParseRef(name)
@@ -116,12 +122,18 @@ func (s *Server) checkTimeout(ctx context.Context, msg *sandboxv1.SetTimeoutRequ
 	if err := checkTTL("ttl", msg.GetTtl().AsDuration(), proj); err != nil {
 		return err
 	}
+	if err := checkTTL("paused ttl", msg.GetPausedTtl().AsDuration(), proj); err != nil {
+		return err
+	}
 	return checkTTL("idle ttl", msg.GetIdleTtl().AsDuration(), proj)
 }
 
 // The edges' default TTLs (dsec up runs them with the contract's).
 func (s *Server) defaultTTL() time.Duration     { return sandbox.ContractDefaults.TTL }
 func (s *Server) defaultIdleTTL() time.Duration { return sandbox.ContractDefaults.IdleTTL }
+func (s *Server) defaultPausedTTL() time.Duration {
+	return sandbox.ContractDefaults.PausedTTL
+}
 
 // hiddenImage is what a caller that may not run an image is told: the
 // same as for an image that does not exist.

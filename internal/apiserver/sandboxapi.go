@@ -26,7 +26,18 @@ import (
 // sandbox's: its key is the sandbox's own (its project's, never an admin's,
 // whatever Authorization header it sends), and it can do less than a
 // user's key: no network policy changes (its own or any other's), no
-// sandbox with a network, no image or key management.
+// sandbox with a network, no image or key management, and no pause.
+//
+// Why no pause, while resume is allowed: pausing is the trainer's (when
+// its GPU job is preempted), not an agent's. A sandbox that paused itself
+// would freeze the very process waiting for the answer, and nothing of it
+// could resume it; one that paused the other sandboxes of its project (a
+// selector is a job) would have the node push their memory out to swap and
+// back for every request that then resumes them: untrusted code making
+// the node's memory and disk do its bidding, for every project on the
+// node. A resume is what any request to a paused sandbox does first
+// anyway (an exec of the sandbox's key into another resumes it), so
+// refusing it would protect nothing.
 
 // SandboxListener wraps ln, the API-for-sandboxes socket: each
 // connection's preamble is read, within bounds, before its first request.
@@ -131,6 +142,7 @@ func (s *Server) sandboxKey(ctx context.Context, sc *sandboxConn) (cluster.Key, 
 var sandboxDenied = map[string]string{
 	"/dsec.sandbox.v1.SandboxService/UpdateNetwork": "change network policies",
 	"/dsec.sandbox.v1.SandboxService/PackDiff":      "make images",
+	"/dsec.sandbox.v1.SandboxService/Pause":         "pause sandboxes",
 	"/dsec.image.v1.ImageService/UploadLayer":       "upload layers",
 	"/dsec.image.v1.ImageService/CreateImage":       "create images",
 	"/dsec.image.v1.ImageService/DeleteImage":       "delete images",

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"io/fs"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -72,6 +73,7 @@ func CreateParamsOf(m *sandboxv1.CreateRequest) CreateParams {
 		Image: m.GetImage(), Labels: m.GetLabels(), Env: m.GetEnv(),
 		Workdir: m.GetWorkdir(), User: m.GetUser(), Backend: m.GetBackend(),
 		TTL: m.GetTtl().AsDuration(), IdleTTL: m.GetIdleTtl().AsDuration(),
+		PausedTTL: m.GetPausedTtl().AsDuration(), IdleAction: m.GetIdleAction(),
 	}
 	if len(m.GetLayers()) > 0 {
 		p.Layers = m.GetLayers()
@@ -252,30 +254,47 @@ func fileType(m fs.FileMode) string {
 var stateProto = map[State]sandboxv1.State{
 	StateCreating: sandboxv1.State_STATE_CREATING,
 	StateRunning:  sandboxv1.State_STATE_RUNNING,
+	// A pause in flight: it runs until it is stopped; a resume in
+	// flight: it is paused until it runs.
+	StatePausing:  sandboxv1.State_STATE_RUNNING,
+	StatePaused:   sandboxv1.State_STATE_PAUSED,
+	StateResuming: sandboxv1.State_STATE_PAUSED,
 	StateExited:   sandboxv1.State_STATE_EXITED,
 	StateFailed:   sandboxv1.State_STATE_FAILED,
 	StateDeleting: sandboxv1.State_STATE_DELETED,
 }
 
+// toProto is r in the API's form. While the hard TTL clock is stopped
+// (paused), expires_at is when the hard TTL would end the sandbox were it
+// resumed now; paused_at and paused_expires_at are set while it is
+// paused.
 func (e *Edge) toProto(r *Record) *sandboxv1.Sandbox {
-	return &sandboxv1.Sandbox{
+	now := time.Now()
+	out := &sandboxv1.Sandbox{
 		Id: r.ID, Image: r.Image, Labels: r.Labels, State: stateProto[r.State], Reason: r.Reason,
 		Resources: &sandboxv1.Resources{
 			MemoryBytes: r.Resources.MemoryBytes, Cpus: r.Resources.CPUs,
 			Pids: r.Resources.Pids, DiskBytes: r.Resources.DiskBytes,
 		},
 		Node: e.cfg.Node, Backend: r.Backend, Project: r.Project,
-		CreatedAt: timestamppb.New(r.CreatedAt), ExpiresAt: timestamppb.New(r.ExpiresAt),
+		CreatedAt: timestamppb.New(r.CreatedAt), ExpiresAt: timestamppb.New(hardExpiry(r, now)),
 		IdleTtl: durationpb.New(r.IdleTTL), User: r.User, Workdir: r.Workdir, Env: r.Env,
 		IdleExpiresAt: e.idleExpiry(r), Network: NetworkProto(r.Network),
+		IdleAction: idleAction(r), PausedTtl: durationpb.New(pausedTTLOf(r, e.cfg.Defaults.PausedTTL)),
 	}
+	if !r.PausedAt.IsZero() {
+		out.PausedAt = timestamppb.New(r.PausedAt)
+		out.PausedExpiresAt = timestamppb.New(pausedExpiry(r, e.cfg.Defaults.PausedTTL))
+	}
+	return out
 }
 
-// idleExpiry is when r's idle TTL ends it unless something uses it: nil
-// while a stream is open, without an idle TTL, or before any activity is
+// idleExpiry is when r's idle TTL ends (or pauses) it unless something
+// uses it: nil while a stream is open, without an idle TTL, in a state
+// where the idle TTL does not run (paused), or before any activity is
 // known.
 func (e *Edge) idleExpiry(r *Record) *timestamppb.Timestamp {
-	if r.IdleTTL <= 0 {
+	if r.IdleTTL <= 0 || !states[r.State].reapable {
 		return nil
 	}
 	e.mu.Lock()

@@ -23,19 +23,20 @@ func (a *sandboxAPI) BatchCreate(ctx context.Context, req *connect.Request[sandb
 
 func (a *sandboxAPI) SetTimeout(ctx context.Context, req *connect.Request[sandboxv1.SetTimeoutRequest]) (*connect.Response[sandboxv1.SetTimeoutResponse], error) {
 	m := req.Msg
-	var ttl, idle *time.Duration
-	if m.Ttl != nil {
-		d := m.GetTtl().AsDuration()
-		ttl = &d
+	t := Timeouts{IdleAction: m.GetIdleAction()}
+	for _, f := range []struct {
+		d   *durationpb.Duration
+		set **time.Duration
+	}{{m.Ttl, &t.TTL}, {m.IdleTtl, &t.IdleTTL}, {m.PausedTtl, &t.PausedTTL}} {
+		if f.d != nil {
+			d := f.d.AsDuration()
+			*f.set = &d
+		}
 	}
-	if m.IdleTtl != nil {
-		d := m.GetIdleTtl().AsDuration()
-		idle = &d
+	if t.TTL == nil && t.IdleTTL == nil && t.PausedTTL == nil && t.IdleAction == "" {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "set timeout: give ttl, idle_ttl, paused_ttl or idle_action")
 	}
-	if ttl == nil && idle == nil {
-		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "set timeout: give ttl, idle_ttl or both")
-	}
-	r, err := a.e.SetTimeout(ctx, callerOf(req.Header()), m.GetId(), ttl, idle)
+	r, err := a.e.SetTimeout(ctx, callerOf(req.Header()), m.GetId(), t)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +60,8 @@ var eventTypeProto = map[string]sandboxv1.EventType{
 	EventFailed:     sandboxv1.EventType_EVENT_TYPE_FAILED,
 	EventDeleted:    sandboxv1.EventType_EVENT_TYPE_DELETED,
 	EventUpdated:    sandboxv1.EventType_EVENT_TYPE_UPDATED,
+	EventPaused:     sandboxv1.EventType_EVENT_TYPE_PAUSED,
+	EventResumed:    sandboxv1.EventType_EVENT_TYPE_RESUMED,
 }
 
 func (a *sandboxAPI) Watch(ctx context.Context, req *connect.Request[sandboxv1.WatchRequest], stream *connect.ServerStream[sandboxv1.WatchResponse]) error {
@@ -85,7 +88,7 @@ func (a *sandboxAPI) Stats(ctx context.Context, req *connect.Request[sandboxv1.S
 		DiskBytes: st.DiskBytes, DiskLimit: st.DiskLimit, OomKills: st.OOMKills,
 		OutputBytes: st.OutputBytes, OutputLimit: st.OutputLimit,
 		NetBytesOut: net.BytesOut, NetBytesIn: net.BytesIn, NetConnectionsOut: net.ConnsOut, NetDenied: net.Denied,
-		Networked: needsLink(r.Network),
+		Networked: needsLink(r.Network), SwappedBytes: swappedOf(r),
 	}), nil
 }
 
@@ -274,4 +277,13 @@ func (a *sandboxAPI) ListBackends(ctx context.Context, req *connect.Request[sand
 		out.Backends = append(out.Backends, info)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// swappedOf is r's memory out of RAM as its last pause left it, while it
+// is paused; zero otherwise (the backends' stats do not say).
+func swappedOf(r *Record) int64 {
+	if states[r.State].reclaimed {
+		return r.Swapped
+	}
+	return 0
 }

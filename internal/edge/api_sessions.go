@@ -32,29 +32,36 @@ func (a *sandboxAPI) DeleteSession(ctx context.Context, req *connect.Request[san
 	return connect.NewResponse(&sandboxv1.DeleteSessionResponse{}), nil
 }
 
-// ListSessions lists a sandbox's shell sessions by name.
+// ListSessions lists a sandbox's shell sessions by name; it does not
+// resume a paused sandbox.
 func (e *Edge) ListSessions(ctx context.Context, caller Caller, id string) ([]sandbox.SessionInfo, error) {
-	s, err := e.sessioner(caller, id)
+	be, err := e.execBackend(caller, id)
+	if err != nil {
+		return nil, err
+	}
+	s, err := sessioner(be)
 	if err != nil {
 		return nil, err
 	}
 	return s.ListSessions(ctx, id)
 }
 
-// DeleteSession kills a session's shell and every process it started.
+// DeleteSession kills a session's shell and every process it started,
+// resuming a paused sandbox first.
 func (e *Edge) DeleteSession(ctx context.Context, caller Caller, id, name string) error {
-	s, err := e.sessioner(caller, id)
+	be, done, err := e.execReady(ctx, caller, id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	s, err := sessioner(be)
 	if err != nil {
 		return err
 	}
 	return s.DeleteSession(ctx, id, name)
 }
 
-func (e *Edge) sessioner(caller Caller, id string) (sandbox.Sessioner, error) {
-	be, err := e.execBackend(caller, id)
-	if err != nil {
-		return nil, err
-	}
+func sessioner(be sandbox.Backend) (sandbox.Sessioner, error) {
 	if err := sandbox.Check(be, sandbox.CapSessions); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,10 @@ const CrashEnv = "DSEC_CRASH_AT"
 // delete pass them.
 var CrashPoints = []string{"create:recorded", "create:made", "create:running", "delete:marked", "delete:removed"}
 
+// PauseCrashPoints are the edge's crash points of a pause and a resume, in
+// the order they pass them (pause.go).
+var PauseCrashPoints = []string{"pause:marked", "pause:stopped", "pause:paused", "resume:marked", "resume:started", "resume:running"}
+
 var crashAt = os.Getenv(CrashEnv)
 
 func crashPoint(name string) {

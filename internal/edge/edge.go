@@ -131,6 +131,16 @@ type Edge struct {
 	idem   idemLocks
 	// netLocks serialise the network updates of one sandbox.
 	netLocks idemLocks
+	// changes serialise each sandbox's pause, resume and delete (and the
+	// reconcile tick's settling of them); gates order its pause and
+	// resume with the starts of the operations that need it running
+	// (gate.go). A pause or resume takes both, in that order; a delete
+	// only changes, so it never waits for a file transfer.
+	changes gates
+	gates   gates
+	// pauseSlots bounds the pauses and resumes the backends run at once
+	// (pause.go).
+	pauseSlots chan struct{}
 	// diskSpace measures the state dir's file system (a fake in tests).
 	diskSpace func() (ceiling.Space, error)
 
@@ -178,6 +188,9 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	if d.IdleTTL == 0 {
 		d.IdleTTL = sandbox.ContractDefaults.IdleTTL
 	}
+	if d.PausedTTL == 0 {
+		d.PausedTTL = sandbox.ContractDefaults.PausedTTL
+	}
 	if cfg.MemoryBytes == 0 {
 		cfg.MemoryBytes = memTotal()
 	}
@@ -223,7 +236,8 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	e := &Edge{
 		cfg: cfg, log: cfg.Logger, store: st, stop: make(chan struct{}),
 		activity: map[string]time.Time{}, streams: map[string]int{}, ops: map[string]op{},
-		diskSpace: func() (ceiling.Space, error) { return ceiling.DiskSpace(cfg.StateDir) },
+		pauseSlots: make(chan struct{}, maxPausesAtOnce),
+		diskSpace:  func() (ceiling.Space, error) { return ceiling.DiskSpace(cfg.StateDir) },
 	}
 	if err := e.recover(ctx); err != nil {
 		st.close()
@@ -292,7 +306,9 @@ func (e *Edge) reapLoop() {
 	}
 }
 
-// reap deletes the sandboxes whose hard or idle TTL has passed at now.
+// reap deletes the sandboxes whose hard or idle TTL has passed at now
+// (or, with idle action pause, pauses those whose idle TTL has), and
+// those paused for longer than their paused TTL.
 func (e *Edge) reap(now time.Time) {
 	recs, err := e.store.list()
 	if err != nil {
@@ -300,31 +316,49 @@ func (e *Edge) reap(now time.Time) {
 		return
 	}
 	for _, r := range recs {
-		if !states[r.State].reapable {
-			continue
-		}
+		info := states[r.State]
 		reason := ""
 		switch {
+		case info.pausedTTL && now.After(pausedExpiry(r, e.cfg.Defaults.PausedTTL)):
+			reason = reasonPausedTTL
+		case !info.reapable:
 		case !r.ExpiresAt.IsZero() && now.After(r.ExpiresAt):
 			reason = "hard TTL expired"
 		case r.IdleTTL > 0 && e.idleFor(r.ID, now) > r.IdleTTL:
-			reason = "idle TTL expired"
+			reason = reasonIdleTTL
 		}
 		if reason == "" {
 			continue
 		}
-		if reason == "idle TTL expired" && e.runningExecs(r) > 0 {
+		if reason == reasonIdleTTL && e.runningExecs(r) > 0 {
 			e.touch(r.ID) // a command still runs: not idle
 			continue
 		}
-		e.log.Info("reaping sandbox", "sandbox", r.ID, "reason", reason)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if reason == reasonIdleTTL && r.IdleAction == IdlePause && allowed(r.State, StatePausing) {
+			e.log.Info("pausing idle sandbox", "sandbox", r.ID)
+			if _, err := e.pauseOne(ctx, r.ID); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+				// It stays running; try again after another idle TTL
+				// (its hard TTL still bounds it).
+				e.log.Warn("pause idle sandbox", "sandbox", r.ID, "err", err)
+				e.touch(r.ID)
+			}
+			cancel()
+			continue
+		}
+		e.log.Info("reaping sandbox", "sandbox", r.ID, "reason", reason)
 		if err := e.deleteOne(ctx, r.ID, EventTTLExpired, reason); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
 			e.log.Warn("reap sandbox", "sandbox", r.ID, "err", err)
 		}
 		cancel()
 	}
 }
+
+// The reasons of the TTLs' ends.
+const (
+	reasonIdleTTL   = "idle TTL expired"
+	reasonPausedTTL = "paused TTL expired"
+)
 
 // runningExecs asks the backend how many commands run in a sandbox.
 func (e *Edge) runningExecs(r *Record) int {

@@ -17,6 +17,8 @@ const (
 	EventFailed     = "failed"
 	EventDeleted    = "deleted"
 	EventUpdated    = "updated"
+	EventPaused     = "paused"
+	EventResumed    = "resumed"
 )
 
 // Event is a state change of one sandbox.

@@ -71,13 +71,13 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // Exec runs a command and calls send for each event until the command
 // has exited and its output is sent. If send fails or ctx ends, the
 // command keeps running.
+//
+// A paused sandbox is resumed first (ready), once the request is known to
+// be good.
 func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(ExecEvent) error) error {
 	r, err := e.lookup(caller, p.Sandbox)
 	if err != nil {
 		return err
-	}
-	if !r.active() {
-		return errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s (%s): create a new one", r.ID, r.State, r.Reason)
 	}
 	argv := p.Argv
 	switch {
@@ -130,6 +130,14 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 			return err
 		}
 	}
+	r, started, err := e.ready(ctx, caller, p.Sandbox)
+	if err != nil {
+		return err
+	}
+	defer started() // once the command has started, if not before
+	if !r.active() {
+		return errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s (%s): create a new one", r.ID, r.State, r.Reason)
+	}
 	done := e.streamOpen(r.ID)
 	defer done()
 
@@ -170,7 +178,9 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 		spec.Env = append(spec.Env, "TERM=xterm-256color")
 	}
 	start := time.Now()
-	if err := be.StartExec(ctx, r.ID, spec); err != nil {
+	err = be.StartExec(ctx, r.ID, spec)
+	started() // a pause may stop it now, the command with it
+	if err != nil {
 		return err
 	}
 	if m := e.cfg.Metrics; m != nil {
@@ -187,18 +197,16 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 }
 
 // Attach streams an exec's output from the given offsets, then its exit.
+// A paused sandbox is resumed first.
 func (e *Edge) Attach(ctx context.Context, caller Caller, id, execID string, stdoutOff, stderrOff int64, send func(ExecEvent) error) error {
-	r, err := e.lookup(caller, id)
-	if err != nil {
-		return err
-	}
 	if stdoutOff < 0 || stderrOff < 0 {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "attach offsets must not be negative")
 	}
-	be, err := e.backend(r.Backend)
+	be, r, started, err := e.readyBackend(ctx, caller, id)
 	if err != nil {
 		return err
 	}
+	started() // attaching starts nothing in the sandbox
 	done := e.streamOpen(r.ID)
 	defer done()
 	for i, off := range []int64{stdoutOff, stderrOff} {
@@ -236,37 +244,54 @@ func (e *Edge) execRunning(ctx context.Context, be sandbox.Backend, id, execID s
 	return false, errdefs.Newf(errdefs.ErrNotFound, "exec %s not found in sandbox %s", execID, id)
 }
 
-// WriteStdin writes to a running exec's stdin.
+// WriteStdin writes to a running exec's stdin, resuming a paused sandbox
+// first.
 func (e *Edge) WriteStdin(ctx context.Context, caller Caller, id, execID string, data []byte, closeIt bool) error {
-	be, err := e.execBackend(caller, id)
+	be, done, err := e.execReady(ctx, caller, id)
 	if err != nil {
 		return err
 	}
+	defer done()
 	return be.WriteStdin(ctx, id, execID, data, closeIt)
 }
 
-// Signal signals an exec's process group (default SIGTERM).
+// Signal signals an exec's process group (default SIGTERM), resuming a
+// paused sandbox first.
 func (e *Edge) Signal(ctx context.Context, caller Caller, id, execID string, sig int) error {
-	be, err := e.execBackend(caller, id)
+	be, done, err := e.execReady(ctx, caller, id)
 	if err != nil {
 		return err
 	}
+	defer done()
 	if sig == 0 {
 		sig = 15
 	}
 	return be.Signal(ctx, id, execID, sig)
 }
 
-// ResizeTTY resizes a TTY exec.
+// ResizeTTY resizes a TTY exec, resuming a paused sandbox first.
 func (e *Edge) ResizeTTY(ctx context.Context, caller Caller, id, execID string, rows, cols uint16) error {
-	be, err := e.execBackend(caller, id)
+	be, done, err := e.execReady(ctx, caller, id)
 	if err != nil {
 		return err
 	}
+	defer done()
 	return be.ResizeTTY(ctx, id, execID, rows, cols)
 }
 
-// ListExecs returns a sandbox's command journal.
+// execReady is readyBackend for the calls on a running exec, which count
+// as use.
+func (e *Edge) execReady(ctx context.Context, caller Caller, id string) (sandbox.Backend, func(), error) {
+	be, _, done, err := e.readyBackend(ctx, caller, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.touch(id)
+	return be, done, nil
+}
+
+// ListExecs returns a sandbox's command journal; it does not resume a
+// paused sandbox.
 func (e *Edge) ListExecs(ctx context.Context, caller Caller, id string) ([]sandbox.ExecInfo, error) {
 	be, err := e.execBackend(caller, id)
 	if err != nil {

@@ -12,21 +12,20 @@ import (
 
 // ReadFile streams a file of a sandbox: send gets the file's info with the
 // first chunk (which may be empty), then the data from offset, at most
-// limit bytes (0: to the end).
+// limit bytes (0: to the end). A paused sandbox is resumed first; the
+// file of one that exited can still be read.
 func (e *Edge) ReadFile(ctx context.Context, caller Caller, id, path string, offset, limit int64, send func(*sandbox.FileInfo, []byte) error) error {
-	r, err := e.lookup(caller, id)
-	if err != nil {
-		return err
-	}
 	if offset < 0 || limit < 0 {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "offset and limit must not be negative")
 	}
-	be, err := e.backend(r.Backend)
+	be, _, opened, err := e.readyBackend(ctx, caller, id)
 	if err != nil {
 		return err
 	}
+	defer opened()
 	e.touch(id)
 	rc, info, err := be.ReadFile(ctx, id, path)
+	opened() // what is open is read from the host's side
 	if err != nil {
 		return err
 	}
@@ -74,12 +73,14 @@ type WriteParams struct {
 	User        string
 }
 
-// WriteFile writes a file into a sandbox from r.
+// WriteFile writes a file into a sandbox from r, resuming a paused one
+// first.
 func (e *Edge) WriteFile(ctx context.Context, caller Caller, p WriteParams, r io.Reader) (sandbox.FileInfo, error) {
-	rec, err := e.lookup(caller, p.Sandbox)
+	rec, done, err := e.ready(ctx, caller, p.Sandbox)
 	if err != nil {
 		return sandbox.FileInfo{}, err
 	}
+	defer done()
 	if !rec.active() {
 		return sandbox.FileInfo{}, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s: its files can no longer be written", rec.ID, rec.State)
 	}
@@ -129,29 +130,29 @@ func sandboxFiles(be sandbox.Backend, id string) fileReader {
 	}
 }
 
-// fileBackend returns the backend of a running sandbox caller may see.
-func (e *Edge) fileBackend(caller Caller, id string) (sandbox.Backend, *Record, error) {
-	r, err := e.lookup(caller, id)
+// fileBackend returns the backend of a running sandbox caller may see,
+// resuming a paused one first; done ends the file operation (no pause
+// stops the sandbox until then).
+func (e *Edge) fileBackend(ctx context.Context, caller Caller, id string) (sandbox.Backend, *Record, func(), error) {
+	be, r, done, err := e.readyBackend(ctx, caller, id)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if !r.active() {
-		return nil, nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s: its files can no longer be reached", r.ID, r.State)
-	}
-	be, err := e.backend(r.Backend)
-	if err != nil {
-		return nil, nil, err
+		done()
+		return nil, nil, nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s: its files can no longer be reached", r.ID, r.State)
 	}
 	e.touch(id)
-	return be, r, nil
+	return be, r, done, nil
 }
 
 // Stat describes a file.
 func (e *Edge) Stat(ctx context.Context, caller Caller, id, path string) (sandbox.FileInfo, error) {
-	be, _, err := e.fileBackend(caller, id)
+	be, _, done, err := e.fileBackend(ctx, caller, id)
 	if err != nil {
 		return sandbox.FileInfo{}, err
 	}
+	defer done()
 	return be.Stat(ctx, id, path)
 }
 
@@ -160,10 +161,11 @@ const maxListEntries = 10000
 
 // ListDir lists a directory.
 func (e *Edge) ListDir(ctx context.Context, caller Caller, id, path string, limit int) ([]sandbox.FileInfo, bool, error) {
-	be, _, err := e.fileBackend(caller, id)
+	be, _, done, err := e.fileBackend(ctx, caller, id)
 	if err != nil {
 		return nil, false, err
 	}
+	defer done()
 	if limit <= 0 || limit > maxListEntries {
 		limit = maxListEntries
 	}
@@ -172,10 +174,11 @@ func (e *Edge) ListDir(ctx context.Context, caller Caller, id, path string, limi
 
 // MakeDir makes a directory owned by user (default root).
 func (e *Edge) MakeDir(ctx context.Context, caller Caller, id, path string, mode fs.FileMode, parents bool, user string) (sandbox.FileInfo, error) {
-	be, r, err := e.fileBackend(caller, id)
+	be, r, done, err := e.fileBackend(ctx, caller, id)
 	if err != nil {
 		return sandbox.FileInfo{}, err
 	}
+	defer done()
 	if mode == 0 {
 		mode = 0o755
 	}
@@ -192,37 +195,41 @@ func (e *Edge) MakeDir(ctx context.Context, caller Caller, id, path string, mode
 
 // Remove removes a file or, with recursive, a tree.
 func (e *Edge) Remove(ctx context.Context, caller Caller, id, path string, recursive bool) error {
-	be, _, err := e.fileBackend(caller, id)
+	be, _, done, err := e.fileBackend(ctx, caller, id)
 	if err != nil {
 		return err
 	}
+	defer done()
 	return be.Remove(ctx, id, path, recursive)
 }
 
 // Rename renames a file or directory.
 func (e *Edge) Rename(ctx context.Context, caller Caller, id, from, to string, overwrite bool) error {
-	be, _, err := e.fileBackend(caller, id)
+	be, _, done, err := e.fileBackend(ctx, caller, id)
 	if err != nil {
 		return err
 	}
+	defer done()
 	return be.Rename(ctx, id, from, to, overwrite)
 }
 
 // DownloadTar writes the tree at path as a tar archive to w.
 func (e *Edge) DownloadTar(ctx context.Context, caller Caller, id, path string, w io.Writer) error {
-	be, _, err := e.fileBackend(caller, id)
+	be, _, done, err := e.fileBackend(ctx, caller, id)
 	if err != nil {
 		return err
 	}
+	defer done()
 	return be.DownloadTar(ctx, id, path, w)
 }
 
 // UploadTar extracts a tar archive into dir, owned by user (default root).
 func (e *Edge) UploadTar(ctx context.Context, caller Caller, id, dir string, makeParents bool, user string, r io.Reader) (sandbox.TarStats, error) {
-	be, rec, err := e.fileBackend(caller, id)
+	be, rec, done, err := e.fileBackend(ctx, caller, id)
 	if err != nil {
 		return sandbox.TarStats{}, err
 	}
+	defer done()
 	opts := sandbox.TarOptions{MakeParents: makeParents}
 	if user != "" {
 		ident, err := resolveUser(ctx, user, sandboxFiles(be, rec.ID))

@@ -82,7 +82,8 @@ type tarStatser interface {
 // GradeFrom makes a fresh sandbox from sandbox p.Sandbox's original layers
 // (or p.Image), copies p.Paths into it from that sandbox, runs the command
 // there and deletes it, on every path out of the call. The graded sandbox
-// is neither changed nor frozen (docs/grading.md says why).
+// is neither changed nor frozen (docs/grading.md says why); a paused one
+// is resumed first.
 func (e *Edge) GradeFrom(ctx context.Context, caller Caller, p GradeParams) (*GradeResult, error) {
 	paths, err := gradePaths(p.Paths)
 	if err != nil {
@@ -110,10 +111,13 @@ func (e *Edge) GradeFrom(ctx context.Context, caller Caller, p GradeParams) (*Gr
 	if p.MaxCopyBytes == 0 {
 		p.MaxCopyBytes = defaultGradeCopyBytes
 	}
-	r, err := e.lookup(caller, p.Sandbox)
+	// A paused sandbox is resumed to be graded, and no pause stops it
+	// until its files are copied.
+	r, copied, err := e.ready(ctx, caller, p.Sandbox)
 	if err != nil {
 		return nil, err
 	}
+	defer copied()
 	if !r.active() {
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s (%s): only a running sandbox can be graded", r.ID, r.State, r.Reason)
 	}
@@ -184,6 +188,7 @@ func (e *Edge) GradeFrom(ctx context.Context, caller Caller, p GradeParams) (*Gr
 			return nil, fmt.Errorf("grade %s: copy %s: %w", r.ID, pth, err)
 		}
 	}
+	copied()
 
 	var out [2]bytes.Buffer
 	var exit *sandbox.ExitStatus

@@ -33,7 +33,12 @@ type CreateParams struct {
 	User        string
 	TTL         time.Duration
 	IdleTTL     time.Duration
-	Backend     string
+	// PausedTTL bounds the time the sandbox may stay paused (default
+	// Defaults.PausedTTL, 24 h); IdleAction is what its idle TTL does
+	// when it runs out: IdleDelete (the default) or IdlePause.
+	PausedTTL  time.Duration `json:",omitempty"`
+	IdleAction string        `json:",omitempty"`
+	Backend    string
 	// Network is the network policy's JSON document (NetworkSpecOf);
 	// empty is none.
 	Network json.RawMessage `json:",omitempty"`
@@ -110,8 +115,11 @@ func (e *Edge) normalize(p *CreateParams) error {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "resources must not be negative")
 	case r.MemoryBytes > 0 && r.MemoryBytes < 8<<20:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "memory %d bytes is below the minimum of 8 MiB", r.MemoryBytes)
-	case p.TTL < 0, p.IdleTTL < 0:
+	case p.TTL < 0, p.IdleTTL < 0, p.PausedTTL < 0:
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "TTLs must not be negative")
+	}
+	if err := checkIdleAction(p.IdleAction); err != nil {
+		return err
 	}
 	if r.MemoryBytes == 0 {
 		r.MemoryBytes = d.MemoryBytes
@@ -134,6 +142,12 @@ func (e *Edge) normalize(p *CreateParams) error {
 	if p.IdleTTL == 0 {
 		p.IdleTTL = d.IdleTTL
 	}
+	if p.PausedTTL == 0 {
+		p.PausedTTL = d.PausedTTL
+	}
+	if p.IdleAction == IdleDelete {
+		p.IdleAction = "" // stored as the default
+	}
 	if p.Backend == "" {
 		p.Backend = e.cfg.DefaultBackend
 	}
@@ -151,18 +165,43 @@ func (e *Edge) normalize(p *CreateParams) error {
 
 // admit reserves memory for a sandbox or refuses it.
 func (e *Edge) admit(mem int64) (release func(), err error) {
+	return e.reserveMemory(mem, func(avail int64) error {
+		return errdefs.Newf(errdefs.ErrResourceExhausted,
+			"node %s is short of memory (%d MiB available, reserve %d MiB): retry later or on another node",
+			e.cfg.Node, avail>>20, e.cfg.MemoryReserve>>20)
+	}, func(committed, limit int64) error {
+		return errdefs.Newf(errdefs.ErrResourceExhausted,
+			"node %s has no room for %d MiB more (%d of %d MiB admitted): delete sandboxes, ask for less memory, or retry later",
+			e.cfg.Node, mem>>20, committed>>20, limit>>20)
+	})
+}
+
+// admitResume reserves the memory a paused sandbox takes back into RAM
+// when it resumes, or refuses it: the sandbox stays paused.
+func (e *Edge) admitResume(id string, mem int64) (release func(), err error) {
+	return e.reserveMemory(mem, func(avail int64) error {
+		return errdefs.Newf(errdefs.ErrResourceExhausted,
+			"sandbox %s is paused and node %s is short of memory to resume it (%d MiB available, reserve %d MiB): it stays paused; retry later, or pause or delete other sandboxes",
+			id, e.cfg.Node, avail>>20, e.cfg.MemoryReserve>>20)
+	}, func(committed, limit int64) error {
+		return errdefs.Newf(errdefs.ErrResourceExhausted,
+			"sandbox %s is paused and node %s has no room to resume it: it takes %d MiB back (%d of %d MiB admitted); it stays paused: retry later, or pause or delete other sandboxes",
+			id, e.cfg.Node, mem>>20, committed>>20, limit>>20)
+	})
+}
+
+// reserveMemory reserves mem against the node's memory capacity, or
+// refuses it (with a retry hint) with short when the host is short of
+// memory, full when the memory limits admitted leave no room.
+func (e *Edge) reserveMemory(mem int64, short func(avail int64) error, full func(committed, limit int64) error) (release func(), err error) {
 	limit := e.memoryCapacity()
 	if avail := memAvailable(); avail > 0 && avail < e.cfg.MemoryReserve {
-		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
-			"node %s is short of memory (%d MiB available, reserve %d MiB): retry later or on another node",
-			e.cfg.Node, avail>>20, e.cfg.MemoryReserve>>20), 5*time.Second)
+		return nil, errdefs.RetryAfter(short(avail), 5*time.Second)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.committed+mem > limit {
-		return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrResourceExhausted,
-			"node %s has no room for %d MiB more (%d of %d MiB admitted): delete sandboxes, ask for less memory, or retry later",
-			e.cfg.Node, mem>>20, e.committed>>20, limit>>20), 5*time.Second)
+		return nil, errdefs.RetryAfter(full(e.committed, limit), 5*time.Second)
 	}
 	e.committed += mem
 	var once sync.Once
@@ -221,6 +260,12 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 	if err != nil {
 		return nil, err
 	}
+	if p.IdleAction == IdlePause {
+		// Its idle TTL would have nothing to do.
+		if err := sandbox.Check(be, sandbox.CapPause); err != nil {
+			return nil, err
+		}
+	}
 	img, err := e.resolve(ctx, p)
 	if err != nil {
 		return nil, err
@@ -256,6 +301,7 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 		Resources: p.Resources, ImageEnv: img.Env, Env: p.Env,
 		Workdir: workdir, User: user,
 		CreatedAt: now, ExpiresAt: now.Add(p.TTL), IdleTTL: p.IdleTTL,
+		PausedTTL: p.PausedTTL, IdleAction: p.IdleAction,
 		Grader: p.grader, Network: p.Network,
 	}
 	spec := sandbox.Spec{ID: r.ID, Layers: img.Layers, Resources: p.Resources, Env: sandboxEnv(r)}
@@ -387,10 +433,24 @@ func (e *Edge) refresh(ctx context.Context, r *Record) *Record {
 // reasonLost is the reason of a running sandbox its backend no longer has.
 const reasonLost = "lost: the node keeper no longer has this sandbox"
 
-// ended moves a running record to exited or failed and returns it as it
-// is now (as it was, if it had moved on).
+// ended moves a running record to exited or failed, or a paused one to
+// failed (its init cannot end on its own while it is stopped: something
+// killed it), and returns it as it is now (as it was, if it had moved on:
+// a record being paused or resumed is left to that, and to the reconcile
+// tick).
 func (e *Edge) ended(r *Record, to State, reason string) *Record {
-	nr, err := e.transition(r.ID, StateRunning, to, reason, nil)
+	from := StateRunning
+	if r.State == StatePaused {
+		from, to = StatePaused, StateFailed
+		switch reason {
+		case reasonLost:
+		case "":
+			reason = "its init ended while it was paused"
+		default:
+			reason = "its init ended while it was paused: " + reason
+		}
+	}
+	nr, err := e.transition(r.ID, from, to, reason, nil)
 	if err != nil {
 		if !errors.Is(err, errTransition) && !errdefs.Is(err, errdefs.ErrNotFound) {
 			e.log.Warn("record sandbox end", "sandbox", r.ID, "state", to, "err", err)
@@ -480,8 +540,16 @@ func (e *Edge) DeleteSelector(ctx context.Context, caller Caller, sel map[string
 
 // deleteOne deletes a sandbox and publishes typ (deleted, or ttl_expired)
 // once the backend removed everything. A sandbox still being created is
-// FailedPrecondition; one already being deleted is NotFound.
+// FailedPrecondition; one already being deleted is NotFound. A pause or
+// resume of the sandbox in flight ends first (Edge.changes), and none
+// starts while it is deleted; a paused sandbox is deleted as it is,
+// without being resumed.
 func (e *Edge) deleteOne(ctx context.Context, id, typ, reason string) error {
+	unlock, err := e.changes.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	done, err := e.claim(id, opDelete)
 	if err != nil {
 		return err
@@ -575,27 +643,71 @@ func (e *Edge) Status() (NodeStatus, error) {
 	return st, nil
 }
 
-// SetTimeout sets a live sandbox's hard TTL (from now) and/or idle TTL;
-// nil leaves one as it is.
-func (e *Edge) SetTimeout(ctx context.Context, caller Caller, id string, ttl, idle *time.Duration) (*Record, error) {
-	if _, err := e.lookup(caller, id); err != nil {
+// Timeouts are the lifetimes SetTimeout changes; nil leaves one as it is.
+type Timeouts struct {
+	// TTL is a new hard TTL, counted from now (for a paused sandbox, from
+	// its resume: paused time does not count).
+	TTL *time.Duration
+	// IdleTTL is a new idle TTL.
+	IdleTTL *time.Duration
+	// PausedTTL is a new paused TTL, counted from the pause for a paused
+	// sandbox.
+	PausedTTL *time.Duration
+	// IdleAction is a new idle action (IdleDelete or IdlePause); empty
+	// keeps it.
+	IdleAction string
+}
+
+// SetTimeout changes a live sandbox's lifetimes (Timeouts). It does not
+// resume a paused sandbox.
+func (e *Edge) SetTimeout(ctx context.Context, caller Caller, id string, t Timeouts) (*Record, error) {
+	r, err := e.lookup(caller, id)
+	if err != nil {
 		return nil, err
 	}
-	for _, d := range []*time.Duration{ttl, idle} {
+	for _, d := range []*time.Duration{t.TTL, t.IdleTTL, t.PausedTTL} {
 		if d != nil && *d <= 0 {
 			return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "TTLs must be positive")
 		}
 	}
+	if err := checkIdleAction(t.IdleAction); err != nil {
+		return nil, err
+	}
+	if t.IdleAction == IdlePause {
+		be, err := e.backend(r.Backend)
+		if err != nil {
+			return nil, err
+		}
+		if err := sandbox.Check(be, sandbox.CapPause); err != nil {
+			return nil, err
+		}
+	}
 	e.touch(id)
-	r, err := e.store.update(id, func(r *Record) error {
-		if r.State == StateDeleting {
+	r, err = e.store.update(id, func(r *Record) error {
+		if !states[r.State].visible {
 			return errdefs.Newf(errdefs.ErrNotFound, "sandbox %s is being deleted", id)
 		}
-		if ttl != nil {
-			r.ExpiresAt = time.Now().UTC().Add(*ttl)
+		if t.TTL != nil {
+			// While the clock is stopped, ExpiresAt moves on by the
+			// stopped time when it runs again (moveClock): count from
+			// when it stopped.
+			from := time.Now().UTC()
+			if !r.TTLStopped.IsZero() {
+				from = r.TTLStopped
+			}
+			r.ExpiresAt = from.Add(*t.TTL)
 		}
-		if idle != nil {
-			r.IdleTTL = *idle
+		if t.IdleTTL != nil {
+			r.IdleTTL = *t.IdleTTL
+		}
+		if t.PausedTTL != nil {
+			r.PausedTTL = *t.PausedTTL
+		}
+		switch t.IdleAction {
+		case IdleDelete:
+			r.IdleAction = ""
+		case IdlePause:
+			r.IdleAction = IdlePause
 		}
 		return nil
 	})
@@ -615,7 +727,7 @@ func (e *Edge) UpdateLabels(ctx context.Context, caller Caller, id string, set m
 	}
 	e.touch(id)
 	r, err := e.store.update(id, func(r *Record) error {
-		if r.State == StateDeleting {
+		if !states[r.State].visible {
 			return errdefs.Newf(errdefs.ErrNotFound, "sandbox %s is being deleted", id)
 		}
 		if r.Labels == nil {

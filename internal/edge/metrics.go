@@ -29,6 +29,11 @@ var (
 	descAggMem      = prometheus.NewDesc("dsec_sandboxes_memory_bytes", "Memory the running sandboxes use, by project and backend.", []string{"project", "backend"}, nil)
 	descAggMemLimit = prometheus.NewDesc("dsec_sandboxes_memory_limit_bytes", "Memory limits of the running sandboxes added up, by project and backend.", []string{"project", "backend"}, nil)
 
+	// Where the paused sandboxes' memory is, as their last pause left it,
+	// by project and backend (dsec_sandboxes{state="paused"} counts them).
+	descPausedResident = prometheus.NewDesc("dsec_sandboxes_paused_resident_bytes", "Memory of the paused sandboxes still in RAM (what admission holds for them), by project and backend.", []string{"project", "backend"}, nil)
+	descPausedSwapped  = prometheus.NewDesc("dsec_sandboxes_paused_swapped_bytes", "Memory of the paused sandboxes out of RAM, in the node's swap, by project and backend.", []string{"project", "backend"}, nil)
+
 	// What admission holds: every sandbox with a record, in any state,
 	// holds its memory limit until it is deleted; capacity is what the
 	// memory limits may add up to (the node's memory, or the sandboxes'
@@ -81,7 +86,7 @@ var netSeriesAll = []netSeries{
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	ds := []*prometheus.Desc{descSandboxes, descAggCPU, descAggCPULimit, descAggMem, descAggMemLimit, descMemCommitted, descMemCapacity, descDiskCommitted}
+	ds := []*prometheus.Desc{descSandboxes, descAggCPU, descAggCPULimit, descAggMem, descAggMemLimit, descPausedResident, descPausedSwapped, descMemCommitted, descMemCapacity, descDiskCommitted}
 	if c.e.cfg.MetricsPerSandbox {
 		ds = append(ds, descCPU, descCPULimit, descMem, descMemLimit)
 	}
@@ -107,15 +112,27 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	type useKey struct{ project, backend string }
 	type use struct{ cpu, cpus, mem, memLimit float64 }
+	type paused struct{ resident, swapped float64 }
 	counts := map[stateKey]int{}
-	for _, s := range []State{StateCreating, StateRunning, StateExited, StateFailed, StateDeleting} {
+	for _, s := range []State{StateCreating, StateRunning, StatePaused, StateExited, StateFailed, StateDeleting} {
 		counts[stateKey{s, c.e.cfg.DefaultBackend, "default"}] = 0
 	}
 	uses := map[useKey]*use{}
+	pauses := map[useKey]*paused{{"default", c.e.cfg.DefaultBackend}: {}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, r := range recs {
 		counts[stateKey{r.State, r.Backend, r.Project}]++
+		if states[r.State].reclaimed {
+			k := useKey{r.Project, r.Backend}
+			p := pauses[k]
+			if p == nil {
+				p = &paused{}
+				pauses[k] = p
+			}
+			p.resident += float64(memHeld(r))
+			p.swapped += float64(r.Swapped)
+		}
 		if r.State != StateRunning {
 			continue
 		}
@@ -169,6 +186,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAggCPULimit, prometheus.GaugeValue, u.cpus, k.project, k.backend)
 		ch <- prometheus.MustNewConstMetric(descAggMem, prometheus.GaugeValue, u.mem, k.project, k.backend)
 		ch <- prometheus.MustNewConstMetric(descAggMemLimit, prometheus.GaugeValue, u.memLimit, k.project, k.backend)
+	}
+	for k, p := range pauses {
+		ch <- prometheus.MustNewConstMetric(descPausedResident, prometheus.GaugeValue, p.resident, k.project, k.backend)
+		ch <- prometheus.MustNewConstMetric(descPausedSwapped, prometheus.GaugeValue, p.swapped, k.project, k.backend)
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(descSandboxes, prometheus.GaugeValue, float64(n), string(k.state), k.backend, k.project)

@@ -215,7 +215,7 @@ func (e *Edge) UpdateNetwork(ctx context.Context, caller Caller, id string, sel 
 		if _, err := e.lookup(caller, id); err != nil {
 			return nil, err
 		}
-		doc, err := e.updateNetworkOne(ctx, id, spec, merge)
+		doc, err := e.updateNetworkOne(ctx, caller, id, spec, merge)
 		if err != nil {
 			return nil, err
 		}
@@ -236,7 +236,7 @@ func (e *Edge) UpdateNetwork(ctx context.Context, caller Caller, id string, sel 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			doc, err := e.updateNetworkOne(ctx, r.ID, spec, merge)
+			doc, err := e.updateNetworkOne(ctx, caller, r.ID, spec, merge)
 			out[i] = NetworkResult{ID: r.ID, Policy: doc, Err: err}
 		}()
 	}
@@ -246,8 +246,14 @@ func (e *Edge) UpdateNetwork(ctx context.Context, caller Caller, id string, sel 
 }
 
 // updateNetworkOne stores sandbox id's new policy and enforces it; when
-// the backend refuses it, the record keeps the policy it had.
-func (e *Edge) updateNetworkOne(ctx context.Context, id string, spec netpolicy.Spec, merge bool) ([]byte, error) {
+// the backend refuses it, the record keeps the policy it had. A paused
+// sandbox is resumed first (a policy is enforced on a running sandbox).
+func (e *Edge) updateNetworkOne(ctx context.Context, caller Caller, id string, spec netpolicy.Spec, merge bool) ([]byte, error) {
+	_, done, err := e.ready(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	unlock := e.netLocks.lock(id)
 	defer unlock()
 	r, err := e.store.get(id)
@@ -442,11 +448,11 @@ func networkProtoInfo(st NetworkState) *sandboxv1.GetNetworkResponse {
 
 // itemError is err as one item of a reply: the API's code and what users
 // may see of it (internal errors are the log's).
-func (e *Edge) itemError(id string, err error) *sandboxv1.ItemError {
+func (e *Edge) itemError(what, id string, err error) *sandboxv1.ItemError {
 	out := &sandboxv1.ItemError{Code: apierr.Code(err).String()}
 	msg, ok := apierr.Public(err)
 	if !ok {
-		e.log.Error("network update", "sandbox", id, "err", err)
+		e.log.Error(what, "sandbox", id, "err", err)
 		msg = "internal error: the node's log has the details"
 	}
 	out.Message = msg
@@ -476,7 +482,7 @@ func (a *sandboxAPI) UpdateNetwork(ctx context.Context, req *connect.Request[san
 	for _, r := range res {
 		pr := &sandboxv1.NetworkResult{Id: r.ID}
 		if r.Err != nil {
-			pr.Error = a.e.itemError(r.ID, r.Err)
+			pr.Error = a.e.itemError("network update", r.ID, r.Err)
 		} else {
 			pr.Policy = NetworkProto(r.Policy)
 			if pr.Policy == nil {

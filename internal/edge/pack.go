@@ -116,7 +116,15 @@ func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, opt
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s not found: it was deleted or never existed (list sandboxes with `dsec ps`)", id)
 	case !states[r.State].visible:
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is being deleted: pack a sandbox that runs, before deleting it", id)
-	case !r.active():
+	}
+	// A paused sandbox is resumed first, and no pause stops it while its
+	// writable layer is packed (a pack freezes and thaws it itself).
+	r, done, err := e.ready(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	defer done() // once packed, if not before
+	if !r.active() {
 		return nil, errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not running: only a running sandbox can be packed", id, r.State)
 	}
 	be, err := e.backend(r.Backend)
@@ -141,6 +149,7 @@ func (e *Edge) PackDiff(ctx context.Context, caller Caller, id, name string, opt
 	e.touch(id)
 	t0 := time.Now()
 	p, err := pk.PackDiff(ctx, id, scrub)
+	done() // the sandbox runs on; the layer is the node's now
 	if err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ func (t *portTunnels) acquire(id string) (release func(), err error) {
 // DialPort connects to a port of a sandbox the caller may see, on the
 // sandbox's own loopback. The connection counts as an open stream (the
 // sandbox is not idle) until done is called, which the caller must do
-// once, after closing the connection.
+// once, after closing the connection. A paused sandbox is resumed first.
 func (e *Edge) DialPort(ctx context.Context, caller Caller, id string, port int) (c net.Conn, done func(), err error) {
 	r, err := e.lookup(caller, id)
 	if err != nil {
@@ -67,6 +67,11 @@ func (e *Edge) DialPort(ctx context.Context, caller Caller, id string, port int)
 	if !ok {
 		return nil, nil, sandbox.Lacks(r.Backend, sandbox.CapPorts)
 	}
+	_, dialed, err := e.ready(ctx, caller, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer dialed()
 	release, err := e.tunnels.acquire(id)
 	if err != nil {
 		return nil, nil, err

@@ -95,8 +95,10 @@ func (e *Edge) recover(ctx context.Context) error {
 // interrupted create (the edge restarted during it) and is deleted; a
 // deleting record no delete is finishing is deleted again; a running
 // record whose sandbox ended or is gone becomes exited or failed; a
-// sandbox without a record is removed. Sandboxes with an operation in
-// flight are left to it.
+// pausing or resuming record no pause or resume is moving on, and a
+// paused one whose sandbox is not paused, are settled (settle); a sandbox
+// without a record is removed. Sandboxes with an operation in flight are
+// left to it.
 func (e *Edge) reconcileOnce(ctx context.Context) error {
 	var firstErr error
 	for name, be := range e.cfg.Backends {
@@ -153,6 +155,12 @@ func (e *Edge) reconcileOnce(ctx context.Context) error {
 				case s.State == sandbox.StateExited:
 					e.ended(r, StateExited, s.Reason)
 				}
+			case StatePausing, StateResuming:
+				e.settle(ctx, be, r.ID)
+			case StatePaused:
+				if !alive || s.State == sandbox.StateExited || !s.Paused {
+					e.settle(ctx, be, r.ID)
+				}
 			}
 		}
 	}
@@ -170,5 +178,121 @@ func (e *Edge) retryDelete(ctx context.Context, be sandbox.Backend, id string) {
 	defer done()
 	if err := e.finishDelete(ctx, be, id); err != nil {
 		e.log.Warn("delete sandbox (retried at the next reconcile)", "sandbox", id, "err", err)
+	}
+}
+
+// settle finishes or undoes what a restart (of the edge, or of the
+// backend's processes) interrupted in a pause or resume of sandbox id,
+// from what its backend says now, so that no sandbox is left half-frozen
+// or recorded as other than it is:
+//
+//   - pausing, and the backend has it paused: the pause is finished (the
+//     backend's Pause again, which reports a paused sandbox as it is, says
+//     where its memory is), and it is paused;
+//   - pausing, and it is not paused (the backend stopped it in part, or
+//     not at all): the pause is undone (the backend's Resume thaws
+//     whatever it had stopped) and it is running again; if that fails, it
+//     is failed;
+//   - resuming: the resume was admitted and recorded, so it is finished
+//     (the backend's Resume again) and it is running, or failed with the
+//     reason;
+//   - paused, and the backend has it running: it is paused again (its
+//     admission holds only what was resident);
+//   - pausing, paused or resuming, and the backend lost it or its init
+//     ended: failed.
+//
+// It takes the sandbox's change lock and gate, and leaves a sandbox whose
+// are taken (a pause, resume or delete is in flight, or an operation
+// starts) to that; a backend that cannot say is asked again at the next
+// tick.
+func (e *Edge) settle(ctx context.Context, be sandbox.Backend, id string) {
+	unlock, ok := e.tryLockChange(id)
+	if !ok {
+		return
+	}
+	defer unlock()
+	if e.claimed(id) {
+		return
+	}
+	r, err := e.store.get(id)
+	if err != nil {
+		return
+	}
+	switch r.State {
+	case StatePausing, StatePaused, StateResuming:
+	default:
+		return // moved on since the tick read it
+	}
+	st, err := be.Status(ctx, id)
+	gone := errdefs.Is(err, errdefs.ErrNotFound)
+	if err != nil && !gone {
+		e.log.Warn("status of a sandbox to settle (asked again at the next reconcile)", "sandbox", id, "state", r.State, "err", err)
+		return
+	}
+	if gone || st.State == sandbox.StateExited {
+		reason := reasonLost
+		if !gone {
+			reason = "its init ended while it was " + string(r.State)
+			if st.Reason != "" {
+				reason += ": " + st.Reason
+			}
+		}
+		e.log.Info("settling a sandbox that ended", "sandbox", id, "state", r.State, "reason", reason)
+		if _, err := e.transition(id, r.State, StateFailed, reason, nil); err != nil {
+			e.log.Warn("record a sandbox that ended", "sandbox", id, "err", err)
+		}
+		return
+	}
+	p, ok := be.(sandbox.Pauser)
+	if !ok {
+		// A paused record on a backend that no longer pauses (dsec was
+		// changed under it): nothing can move it but a delete.
+		e.log.Warn("a paused sandbox's backend cannot pause or resume: delete it", "sandbox", id, "state", r.State, "backend", r.Backend)
+		return
+	}
+	done, err := e.slot(ctx)
+	if err != nil {
+		return
+	}
+	defer done()
+	bctx, cancel := backendContext(ctx)
+	defer cancel()
+	switch {
+	case r.State == StatePausing && st.Paused, r.State == StatePaused && !st.Paused:
+		e.log.Info("finishing a pause", "sandbox", id, "state", r.State)
+		info, err := p.Pause(bctx, id)
+		if err != nil {
+			e.log.Warn("finish a pause (retried at the next reconcile)", "sandbox", id, "err", err)
+			return
+		}
+		if r.State == StatePaused {
+			return // its record stays as it was paused
+		}
+		if _, err := e.transition(id, StatePausing, StatePaused, "", func(r *Record) {
+			r.PausedAt = time.Now().UTC()
+			r.Resident, r.Swapped = info.Resident, info.Swapped
+		}); err != nil {
+			e.log.Warn("record a finished pause", "sandbox", id, "err", err)
+		}
+	case r.State == StatePausing:
+		e.log.Info("undoing an interrupted pause", "sandbox", id)
+		err := e.undoPause(ctx, p, id, errors.New("interrupted by a restart of the node"))
+		e.log.Info("undid an interrupted pause", "sandbox", id, "result", err)
+	case r.State == StateResuming:
+		e.log.Info("finishing an interrupted resume", "sandbox", id)
+		info, err := p.Resume(bctx, id)
+		if err != nil {
+			reason := "its resume failed: " + e.publicReason(id, "finish a resume", err)
+			if _, terr := e.transition(id, StateResuming, StateFailed, reason, nil); terr != nil {
+				e.log.Warn("record a failed resume", "sandbox", id, "err", terr)
+			}
+			return
+		}
+		if _, err := e.transition(id, StateResuming, StateRunning, "", func(r *Record) {
+			r.PausedAt = time.Time{}
+			r.Resident, r.Swapped = info.Resident, info.Swapped
+		}); err != nil {
+			e.log.Warn("record a finished resume", "sandbox", id, "err", err)
+		}
 	}
 }

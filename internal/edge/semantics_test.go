@@ -38,12 +38,12 @@ func (fakeImages) Resolve(_ context.Context, ref string) (Image, error) {
 // testNode is a fake node and the state dir of the edge on it, so that a
 // test can restart the edge.
 type testNode struct {
-	t    *testing.T
+	t    testing.TB
 	node *sandboxtest.FakeNode
 	dir  string
 }
 
-func newTestNode(t *testing.T) *testNode {
+func newTestNode(t testing.TB) *testNode {
 	return &testNode{t: t, node: sandboxtest.NewFakeNode(), dir: t.TempDir()}
 }
 
@@ -534,20 +534,25 @@ func TestTTLs(t *testing.T) {
 }
 
 // TestTTLClock: a state whose TTL clock does not run adds its time to
-// the hard TTL when the sandbox leaves it (paused, once it exists).
+// the hard TTL when the sandbox leaves it: a pause, a resume.
 func TestTTLClock(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	r := &Record{ExpiresAt: t0.Add(time.Hour)}
-	moveClock(r, StateRunning, StateDeleting, t0)
-	if !r.TTLStopped.Equal(t0) {
-		t.Fatalf("TTLStopped = %v, want %v", r.TTLStopped, t0)
+	moveClock(r, StateRunning, StatePausing, t0) // still runs
+	if !r.TTLStopped.IsZero() {
+		t.Fatalf("TTLStopped after running → pausing = %v, want the clock running", r.TTLStopped)
 	}
-	// Leaving a stopped state (none goes back to running today: test the
-	// clock itself).
-	stoppedFrom, runningTo := StateDeleting, StateRunning
-	moveClock(r, stoppedFrom, runningTo, t0.Add(10*time.Minute))
+	moveClock(r, StatePausing, StatePaused, t0.Add(time.Minute))
+	if want := t0.Add(time.Minute); !r.TTLStopped.Equal(want) {
+		t.Fatalf("TTLStopped = %v, want %v", r.TTLStopped, want)
+	}
+	moveClock(r, StatePaused, StateResuming, t0.Add(10*time.Minute)) // still stopped
+	moveClock(r, StateResuming, StateRunning, t0.Add(11*time.Minute))
 	if want := t0.Add(70 * time.Minute); !r.ExpiresAt.Equal(want) || !r.TTLStopped.IsZero() {
-		t.Errorf("ExpiresAt = %v (stopped %v), want %v", r.ExpiresAt, r.TTLStopped, want)
+		t.Errorf("ExpiresAt after 10 min paused = %v (stopped %v), want %v", r.ExpiresAt, r.TTLStopped, want)
+	}
+	if got := hardExpiry(&Record{State: StatePaused, ExpiresAt: t0, TTLStopped: t0}, t0.Add(time.Hour)); !got.Equal(t0.Add(time.Hour)) {
+		t.Errorf("hardExpiry of a sandbox paused for an hour = %v, want moved on by the hour", got)
 	}
 }
 
@@ -565,7 +570,10 @@ func TestStateTable(t *testing.T) {
 	}
 	want := map[State][]State{
 		StateCreating: {StateRunning, StateDeleting},
-		StateRunning:  {StateExited, StateFailed, StateDeleting},
+		StateRunning:  {StateExited, StateFailed, StateDeleting, StatePausing},
+		StatePausing:  {StatePaused, StateRunning, StateFailed, StateDeleting},
+		StatePaused:   {StateResuming, StateFailed, StateDeleting},
+		StateResuming: {StateRunning, StateFailed, StateDeleting},
 		StateExited:   {StateDeleting},
 		StateFailed:   {StateDeleting},
 		StateDeleting: {StateDeleted},
@@ -582,6 +590,15 @@ func TestStateTable(t *testing.T) {
 		{StateRunning, StateExited, EventExited},
 		{StateRunning, StateFailed, EventFailed},
 		{StateRunning, StateDeleting, ""},
+		{StateRunning, StatePausing, ""},
+		{StatePausing, StatePaused, EventPaused},
+		{StatePausing, StateRunning, ""},
+		{StatePausing, StateFailed, EventFailed},
+		{StatePaused, StateResuming, ""},
+		{StateResuming, StateRunning, EventResumed},
+		{StateResuming, StateFailed, EventFailed},
+		{StatePaused, StateFailed, EventFailed},
+		{StatePaused, StateDeleting, ""},
 	} {
 		if got := transitionEvent(tt.from, tt.to); got != tt.event {
 			t.Errorf("transitionEvent(%s, %s) = %q, want %q", tt.from, tt.to, got, tt.event)

@@ -13,13 +13,24 @@ import (
 )
 
 // State is a sandbox's life-cycle state as the edge records it. Backends
-// report only running and exited; the edge adds the rest.
+// report only running and exited (and whether a sandbox is paused); the
+// edge adds the rest.
 type State string
 
 // The states of a record (the strings are stored: never change them).
 const (
 	StateCreating State = "creating" // admitted and recorded; the backend makes it
 	StateRunning  State = "running"
+	// StatePausing: a pause is recorded before the backend stops the
+	// sandbox, so that a restart finds it and finishes or undoes it
+	// (reconcile.go).
+	StatePausing State = "pausing"
+	// StatePaused: its processes are stopped and its memory given back to
+	// the node (pause.go).
+	StatePaused State = "paused"
+	// StateResuming: re-admitted, and recorded before the backend makes
+	// the sandbox run again.
+	StateResuming State = "resuming"
 	StateExited   State = "exited" // its init ended
 	StateFailed   State = "failed" // it cannot go on (lost, or a backend failure)
 	StateDeleting State = "deleting"
@@ -33,16 +44,33 @@ type stateInfo struct {
 	// next are the states a record may go to from this one.
 	next []State
 	// ttl: the hard TTL clock runs in this state. Where it does not (a
-	// paused sandbox, later), the time spent is added to ExpiresAt when
-	// the record leaves the state.
+	// paused sandbox), the time spent is added to ExpiresAt when the
+	// record leaves the state.
 	ttl bool
 	// visible: the API shows records in this state (Get, List, Watch's
 	// initial list); others are NotFound.
 	visible bool
-	// reapable: an expired hard or idle TTL deletes the sandbox.
+	// reapable: an expired hard or idle TTL deletes the sandbox (or, with
+	// idle_action pause, an expired idle TTL pauses it).
 	reapable bool
 	// active: execs, file operations and packs run in this state.
 	active bool
+	// resumes: an operation that needs the sandbox running (exec, file
+	// operations, attach, sessions, ports, network updates, packs and
+	// grades) resumes it first, and the caller sees only the latency.
+	resumes bool
+	// pausedTTL: the sandbox's paused TTL, counted from PausedAt, deletes
+	// it in this state.
+	pausedTTL bool
+	// reclaimed: its memory out of RAM is free for other sandboxes, so
+	// admission holds only what stayed resident (Record.Resident); a
+	// resume admits the rest again.
+	reclaimed bool
+	// settling, when set, says that an operation moves the record on at
+	// once (a create, a pause, a resume; or the reconcile tick, after a
+	// restart), as what a request that needs the sandbox running is told,
+	// with a retry hint.
+	settling string
 }
 
 // states is the one transition table of a sandbox. Every record holds its
@@ -50,24 +78,46 @@ type stateInfo struct {
 // create that admits it until it is deleted: what a sandbox was admitted
 // is released only when the backend has removed everything it made
 // (StateDeleted), so the node never admits more than it has, even while a
-// delete is retried.
+// delete is retried. A paused sandbox holds only the memory that stayed
+// resident; its resume admits its limit again first (or is refused, and
+// it stays paused).
 //
 //	from      to        when                                       event
 //	(none)    creating  a create is admitted                       -
 //	creating  running   the backend made it                        created
 //	creating  deleting  the backend failed, or the edge restarted  failed
+//	running   pausing   a pause, or an idle TTL with idle_action    -
+//	                    pause
+//	pausing   paused    the backend stopped it                     paused
+//	pausing   running   the backend failed the pause and thawed    -
+//	                    it, or a restart found it not paused
+//	pausing   failed    neither the pause nor its undoing worked   failed
+//	paused    resuming  a resume (or any request that needs it     -
+//	                    running), re-admitted
+//	resuming  running   the backend made it run again              resumed
+//	resuming  failed    the backend failed the resume              failed
+//	paused    failed    lost by the backend, or its init ended     failed
 //	running   exited    its init ended                             exited
 //	running   failed    lost by the backend, or a backend failure  failed
 //	running   deleting  a delete, or an expired TTL                -
+//	pausing,  deleting  a delete (of a record a restart left       -
+//	resuming            mid-change)
+//	paused    deleting  a delete, or an expired paused TTL         -
 //	exited    deleting  a delete, or an expired TTL                -
 //	failed    deleting  a delete, or an expired TTL                -
 //	deleting  deleted   the backend removed everything             deleted, ttl_expired or none (EndEvent)
 //
 // A deleting record whose backend delete failed stays deleting and is
-// retried by the reconcile tick until it succeeds.
+// retried by the reconcile tick until it succeeds. A pausing or resuming
+// record that no pause or resume is moving on (the edge restarted during
+// it) is finished or undone by the reconcile tick from what the backend
+// says (Status.Paused): never left half-frozen (reconcile.go, settle).
 var states = map[State]stateInfo{
-	StateCreating: {next: []State{StateRunning, StateDeleting}, ttl: true, visible: true},
-	StateRunning:  {next: []State{StateExited, StateFailed, StateDeleting}, ttl: true, visible: true, reapable: true, active: true},
+	StateCreating: {next: []State{StateRunning, StateDeleting}, ttl: true, visible: true, settling: "is still being created: retry once it runs"},
+	StateRunning:  {next: []State{StateExited, StateFailed, StateDeleting, StatePausing}, ttl: true, visible: true, reapable: true, active: true},
+	StatePausing:  {next: []State{StatePaused, StateRunning, StateFailed, StateDeleting}, ttl: true, visible: true, settling: "is being paused: retry in a moment (the retry resumes it)"},
+	StatePaused:   {next: []State{StateResuming, StateFailed, StateDeleting}, visible: true, resumes: true, pausedTTL: true, reclaimed: true},
+	StateResuming: {next: []State{StateRunning, StateFailed, StateDeleting}, visible: true, settling: "is being resumed: retry in a moment"},
 	StateExited:   {next: []State{StateDeleting}, ttl: true, visible: true, reapable: true},
 	StateFailed:   {next: []State{StateDeleting}, ttl: true, visible: true, reapable: true},
 	StateDeleting: {next: []State{StateDeleted}},
@@ -88,6 +138,10 @@ func transitionEvent(from, to State) string {
 		return EventExited
 	case to == StateFailed:
 		return EventFailed
+	case to == StatePaused:
+		return EventPaused
+	case from == StateResuming && to == StateRunning:
+		return EventResumed
 	}
 	return ""
 }
@@ -134,15 +188,29 @@ func (e *Edge) begin(r *Record) error {
 }
 
 // transition moves sandbox id to state to if the table allows it from the
-// state the record is in (and that state is from, unless from is empty),
-// and is the only place a record changes state.
-// In one store transaction it applies mutate (which may be nil), sets the
-// state and reason and moves the TTL clock; to StateDeleted it removes the
-// record. Then it releases the admission of a deleted sandbox, publishes
-// the transition's event, and returns the record as it now is.
+// state the record is in (and that state is from, unless from is empty).
+// It is move without memory reserved beforehand.
 func (e *Edge) transition(id string, from, to State, reason string, mutate func(*Record)) (*Record, error) {
+	return e.move(id, from, to, reason, mutate, 0)
+}
+
+// move is the only place a record changes state. In one store transaction
+// it checks the table, applies mutate (which may be nil), sets the state
+// and reason and moves the TTL clock; to StateDeleted it removes the
+// record. Then it accounts: what admission holds for the record changes
+// by what its new state holds less what its old one did (memHeld; to
+// StateDeleted, everything it held is released), of which reserved bytes
+// were already reserved by the caller with admit (a resume admits the
+// memory its sandbox takes back before it moves). On failure the caller
+// releases what it reserved. Last it publishes the transition's event and
+// returns the record as it now is.
+func (e *Edge) move(id string, from, to State, reason string, mutate func(*Record), reserved int64) (*Record, error) {
 	want := from
-	var r *Record
+	var (
+		r             *Record
+		before, after int64
+		diskBefore    int64
+	)
 	now := time.Now().UTC()
 	err := e.store.updateTx(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketSandboxes)
@@ -158,6 +226,8 @@ func (e *Edge) transition(id string, from, to State, reason string, mutate func(
 		if want != "" && from != want || !allowed(from, to) {
 			return &transitionError{id: id, from: from, to: to}
 		}
+		before = memHeld(r)
+		diskBefore = r.Resources.DiskBytes
 		if mutate != nil {
 			mutate(r)
 		}
@@ -167,8 +237,10 @@ func (e *Edge) transition(id string, from, to State, reason string, mutate func(
 			r.Reason = reason
 		}
 		if to == StateDeleted {
+			after = 0
 			return bk.Delete([]byte(id))
 		}
+		after = memHeld(r)
 		b, err := json.Marshal(r)
 		if err != nil {
 			return err
@@ -178,9 +250,13 @@ func (e *Edge) transition(id string, from, to State, reason string, mutate func(
 	if err != nil {
 		return nil, err
 	}
+	e.mu.Lock()
+	e.committed += after - before - reserved
 	if to == StateDeleted {
-		e.release(r)
+		e.diskCommitted -= e.diskNeed(diskBefore)
+		delete(e.activity, r.ID)
 	}
+	e.mu.Unlock()
 	if to == StateRunning {
 		e.touch(id)
 	}
@@ -194,20 +270,21 @@ func (e *Edge) transition(id string, from, to State, reason string, mutate func(
 	return r, nil
 }
 
+// memHeld is the memory admission holds for r in its state: its limit,
+// or in a state whose memory is reclaimed what stayed resident (at most
+// its limit).
+func memHeld(r *Record) int64 {
+	if states[r.State].reclaimed {
+		return min(max(r.Resident, 0), r.Resources.MemoryBytes)
+	}
+	return r.Resources.MemoryBytes
+}
+
 // hold counts what a sandbox of r was admitted (at start, for the records
 // found; a create reserves with admit and admitDisk instead).
 func (e *Edge) hold(r *Record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.committed += r.Resources.MemoryBytes
+	e.committed += memHeld(r)
 	e.diskCommitted += e.diskNeed(r.Resources.DiskBytes)
-}
-
-// release gives back what a deleted sandbox held.
-func (e *Edge) release(r *Record) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.committed -= r.Resources.MemoryBytes
-	e.diskCommitted -= e.diskNeed(r.Resources.DiskBytes)
-	delete(e.activity, r.ID)
 }

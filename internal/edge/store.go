@@ -18,7 +18,14 @@ import (
 
 // formatVersion is the layout of the edge's bbolt file. A file of a newer
 // format is refused; older ones are migrated on open.
-const formatVersion = 1
+//
+//	1: records, idempotency keys.
+//	2: the pause states (pausing, paused, resuming) and the records'
+//	   pause fields. Format 1 files need no change (their records never
+//	   paused); a dsec of format 1, which would not know a paused
+//	   sandbox (it would hide it, frozen, and never end it), refuses a
+//	   file of format 2.
+const formatVersion = 2
 
 var (
 	bucketMeta      = []byte("meta")
@@ -57,6 +64,21 @@ type Record struct {
 	// Network is the sandbox's network policy, netpolicy's JSON document
 	// as validated; empty is none (loopback only).
 	Network json.RawMessage `json:"network,omitempty"`
+
+	// Pause (format 2; pause.go). PausedTTL bounds the time it may stay
+	// paused, from PausedAt (zero: DefaultPausedTTL). IdleAction is what
+	// an expired idle TTL does: IdleDelete (also when empty) or
+	// IdlePause.
+	PausedTTL  time.Duration `json:"paused_ttl,omitempty"`
+	IdleAction string        `json:"idle_action,omitempty"`
+	// PausedAt is when its last pause ended (it is paused since); zero
+	// once it runs again.
+	PausedAt time.Time `json:"paused_at,omitzero"`
+	// Resident and Swapped are where its memory was when its last pause
+	// or resume returned: in RAM, and out of it in the node's swap. While
+	// it is paused admission holds only Resident (state.go, memHeld).
+	Resident int64 `json:"resident,omitempty"`
+	Swapped  int64 `json:"swapped,omitempty"`
 }
 
 type store struct {

@@ -21,6 +21,11 @@ type Metrics struct {
 	// time from a start to the end of the command's stream.
 	ExecStartSeconds *prometheus.HistogramVec
 	ExecSeconds      *prometheus.HistogramVec
+	// PauseSeconds is the time to pause a sandbox (stop it and push its
+	// memory out); ResumeSeconds the time to make a paused one run again,
+	// asked for or before a request that needs it running.
+	PauseSeconds  *prometheus.HistogramVec
+	ResumeSeconds *prometheus.HistogramVec
 	// Errors counts API errors by kind and procedure.
 	Errors *prometheus.CounterVec
 }
@@ -41,11 +46,17 @@ func New() *Metrics {
 		ExecSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "dsec_exec_duration_seconds", Help: "Time from starting a command to the end of its exec stream.", Buckets: latencyBuckets,
 		}, []string{"backend"}),
+		PauseSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "dsec_pause_duration_seconds", Help: "Time to pause a sandbox: stop its processes and push its memory out of RAM.", Buckets: latencyBuckets,
+		}, []string{"backend"}),
+		ResumeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "dsec_resume_duration_seconds", Help: "Time to resume a paused sandbox (asked for, or before a request that needs it running).", Buckets: latencyBuckets,
+		}, []string{"backend"}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dsec_api_errors_total", Help: "API errors by kind and procedure.",
 		}, []string{"kind", "procedure"}),
 	}
-	m.Registry.MustRegister(m.CreateSeconds, m.ExecStartSeconds, m.ExecSeconds, m.Errors,
+	m.Registry.MustRegister(m.CreateSeconds, m.ExecStartSeconds, m.ExecSeconds, m.PauseSeconds, m.ResumeSeconds, m.Errors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

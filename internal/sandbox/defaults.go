@@ -11,10 +11,13 @@ type Defaults struct {
 	DiskBytes   int64
 	TTL         time.Duration
 	IdleTTL     time.Duration
+	// PausedTTL bounds the time a sandbox may stay paused.
+	PausedTTL time.Duration
 }
 
 // ContractDefaults are CONTRACT.md's defaults: memory 512 MiB, 1 CPU, 4096
-// pids, a 10 GiB writable disk, hard TTL 1 h, idle TTL 15 min.
+// pids, a 10 GiB writable disk, hard TTL 1 h, idle TTL 15 min, paused TTL
+// 24 h.
 var ContractDefaults = Defaults{
 	MemoryBytes: 512 << 20,
 	CPUs:        1,
@@ -22,4 +25,5 @@ var ContractDefaults = Defaults{
 	DiskBytes:   10 << 30,
 	TTL:         time.Hour,
 	IdleTTL:     15 * time.Minute,
+	PausedTTL:   24 * time.Hour,
 }

@@ -84,19 +84,44 @@ func itemError(e *sandboxv1.ItemError) *Error {
 
 // SetTimeout changes the TTLs of a live sandbox: ttl is a new hard TTL
 // counted from now, idleTTL a new idle TTL; zero leaves one as it is. s is
-// updated with the server's answer (ExpiresAt, IdleTTL).
+// updated with the server's answer (ExpiresAt, IdleTTL). SetTimeouts also
+// changes the paused TTL and the idle action.
 func (s *Sandbox) SetTimeout(ctx context.Context, ttl, idleTTL time.Duration) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	if ttl < 0 || idleTTL < 0 {
-		return newError(ErrInvalidArgument, "set timeout of sandbox %s: TTLs must be positive (got ttl %s, idle TTL %s)", s.ID, ttl, idleTTL)
-	}
 	if ttl == 0 && idleTTL == 0 {
 		return newError(ErrInvalidArgument, "set timeout of sandbox %s: give a TTL, an idle TTL or both", s.ID)
 	}
+	return s.SetTimeouts(ctx, Timeouts{TTL: ttl, IdleTTL: idleTTL})
+}
+
+// Timeouts are a live sandbox's lifetimes; zero fields stay as they are.
+type Timeouts struct {
+	// TTL is a new hard TTL, counted from now (for a paused sandbox, from
+	// when it resumes: paused time does not count).
+	TTL time.Duration
+	// IdleTTL is a new idle TTL.
+	IdleTTL time.Duration
+	// PausedTTL is a new paused TTL, counted from the pause for a paused
+	// sandbox.
+	PausedTTL time.Duration
+	// IdleAction is a new idle action: IdleDelete or IdlePause.
+	IdleAction string
+}
+
+// SetTimeouts changes a live sandbox's lifetimes (a paused one stays
+// paused). s is updated with the server's answer.
+func (s *Sandbox) SetTimeouts(ctx context.Context, t Timeouts) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if t.TTL < 0 || t.IdleTTL < 0 || t.PausedTTL < 0 {
+		return newError(ErrInvalidArgument, "set timeout of sandbox %s: TTLs must be positive (got ttl %s, idle TTL %s, paused TTL %s)", s.ID, t.TTL, t.IdleTTL, t.PausedTTL)
+	}
+	if t == (Timeouts{}) {
+		return newError(ErrInvalidArgument, "set timeout of sandbox %s: give a TTL, an idle TTL, a paused TTL or an idle action", s.ID)
+	}
 	resp, err := s.c.sandboxes.SetTimeout(ctx, connect.NewRequest(&sandboxv1.SetTimeoutRequest{
-		Id: s.ID, Ttl: optDuration(ttl), IdleTtl: optDuration(idleTTL),
+		Id: s.ID, Ttl: optDuration(t.TTL), IdleTtl: optDuration(t.IdleTTL),
+		PausedTtl: optDuration(t.PausedTTL), IdleAction: t.IdleAction,
 	}))
 	if err != nil {
 		return s.c.err(err)
@@ -159,6 +184,9 @@ type Stats struct {
 	// Networked is set when the sandbox has a network (a policy that
 	// allows anything).
 	Networked bool
+	// Swapped is the memory of a paused sandbox out of RAM, in the node's
+	// swap, as its pause left it.
+	Swapped int64
 }
 
 // Stats reports the sandbox's resource use.
@@ -184,7 +212,7 @@ func (s *Sandbox) Stats(ctx context.Context) (*Stats, error) {
 		OutputLimit: m.GetOutputLimit(),
 		NetOut:      m.GetNetBytesOut(), NetIn: m.GetNetBytesIn(),
 		NetConnections: m.GetNetConnectionsOut(), NetDenied: m.GetNetDenied(),
-		Networked: m.GetNetworked(),
+		Networked: m.GetNetworked(), Swapped: m.GetSwappedBytes(),
 	}
 	if m.GetCpuUsage() != nil {
 		st.CPU = m.GetCpuUsage().AsDuration()

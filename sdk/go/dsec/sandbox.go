@@ -66,9 +66,20 @@ type Sandbox struct {
 	// ExpiresAt is when the hard TTL ends the sandbox.
 	ExpiresAt time.Time
 	IdleTTL   time.Duration
-	// IdleExpiresAt is when the idle TTL ends the sandbox unless something
-	// uses it first; zero while a stream is open or without an idle TTL.
+	// IdleExpiresAt is when the idle TTL ends (or pauses) the sandbox
+	// unless something uses it first; zero while a stream is open, while
+	// it is paused, or without an idle TTL.
 	IdleExpiresAt time.Time
+	// IdleAction is what its idle TTL does when it runs out: IdleDelete
+	// or IdlePause.
+	IdleAction string
+	// PausedTTL is how long it may stay paused. While it is paused,
+	// PausedAt is when it was paused and PausedExpiresAt when its paused
+	// TTL deletes it (both zero otherwise), and ExpiresAt is when its hard
+	// TTL would end it were it resumed now (paused time does not count).
+	PausedTTL       time.Duration
+	PausedAt        time.Time
+	PausedExpiresAt time.Time
 	// User and Workdir are the defaults of execs.
 	User    string
 	Workdir string
@@ -110,6 +121,13 @@ type CreateOptions struct {
 	// ends it after this long without use (default 15m).
 	TTL     time.Duration
 	IdleTTL time.Duration
+	// PausedTTL bounds the time the sandbox may stay paused (default 24h);
+	// past it the sandbox is deleted.
+	PausedTTL time.Duration
+	// IdleAction is what the idle TTL does when it runs out: IdleDelete
+	// (the default) or IdlePause (the sandbox pauses, and the next request
+	// resumes it).
+	IdleAction string
 	// Backend is the isolation backend (default "container").
 	Backend string
 	// IdempotencyKey makes retries of the same create return the same
@@ -162,6 +180,8 @@ func createRequest(opts CreateOptions) (*sandboxv1.CreateRequest, error) {
 		User:           opts.User,
 		Ttl:            optDuration(opts.TTL),
 		IdleTtl:        optDuration(opts.IdleTTL),
+		PausedTtl:      optDuration(opts.PausedTTL),
+		IdleAction:     opts.IdleAction,
 		Backend:        opts.Backend,
 		IdempotencyKey: opts.IdempotencyKey,
 		Network:        opts.Network.Proto(),
@@ -279,14 +299,20 @@ func (c *Client) sandboxFromProto(p *sandboxv1.Sandbox) *Sandbox {
 			Pids:   p.GetResources().GetPids(),
 			Disk:   p.GetResources().GetDiskBytes(),
 		},
-		CreatedAt:     timeOf(p.GetCreatedAt()),
-		ExpiresAt:     timeOf(p.GetExpiresAt()),
-		IdleExpiresAt: timeOf(p.GetIdleExpiresAt()),
-		NetworkPolicy: networkPolicyOf(p.GetNetwork()),
-		c:             c,
+		CreatedAt:       timeOf(p.GetCreatedAt()),
+		ExpiresAt:       timeOf(p.GetExpiresAt()),
+		IdleExpiresAt:   timeOf(p.GetIdleExpiresAt()),
+		NetworkPolicy:   networkPolicyOf(p.GetNetwork()),
+		IdleAction:      p.GetIdleAction(),
+		PausedAt:        timeOf(p.GetPausedAt()),
+		PausedExpiresAt: timeOf(p.GetPausedExpiresAt()),
+		c:               c,
 	}
 	if p.GetIdleTtl() != nil {
 		s.IdleTTL = p.GetIdleTtl().AsDuration()
+	}
+	if p.GetPausedTtl() != nil {
+		s.PausedTTL = p.GetPausedTtl().AsDuration()
 	}
 	return s
 }

@@ -17,12 +17,16 @@ const (
 	EventExited = "exited"
 	// EventOOM: the kernel killed a process of the sandbox for memory.
 	EventOOM = "oom"
-	// EventTTLExpired: the hard or idle TTL deleted the sandbox.
+	// EventTTLExpired: the hard, idle or paused TTL deleted the sandbox.
 	EventTTLExpired = "ttl_expired"
 	EventFailed     = "failed"
 	EventDeleted    = "deleted"
 	// EventUpdated: labels or TTLs changed.
 	EventUpdated = "updated"
+	// EventPaused: the sandbox was paused (asked for, or by its idle TTL
+	// with IdlePause); EventResumed: it runs again.
+	EventPaused  = "paused"
+	EventResumed = "resumed"
 	// EventUnknown is what an unset or newer event type reads as.
 	EventUnknown = "unknown"
 )
@@ -35,6 +39,8 @@ var eventNames = map[sandboxv1.EventType]string{
 	sandboxv1.EventType_EVENT_TYPE_FAILED:      EventFailed,
 	sandboxv1.EventType_EVENT_TYPE_DELETED:     EventDeleted,
 	sandboxv1.EventType_EVENT_TYPE_UPDATED:     EventUpdated,
+	sandboxv1.EventType_EVENT_TYPE_PAUSED:      EventPaused,
+	sandboxv1.EventType_EVENT_TYPE_RESUMED:     EventResumed,
 }
 
 // Event is a change of a sandbox's state.

@@ -30,7 +30,7 @@ from .errors import (AlreadyExistsError, ArchiveError, CapabilityMissingError, D
                      PermissionDeniedError, ResourceExhaustedError, UnauthenticatedError, UnavailableError)
 from .types import (BatchResult, DirListing, Event, ExecInfo, ExecResult, ExitStatus, FileInfo, Image,  # noqa: E402
                     ImageConfig, Key, Layer, OutputChunk, Resources, Stats, TarStats)
-from .types import GradeResult, SessionInfo  # noqa: E402
+from .types import GradeResult, PauseResult, SessionInfo  # noqa: E402
 from .config import Config, load_config  # noqa: E402
 from .network import NetworkDenial, NetworkInfo, NetworkResult  # noqa: E402
 from .pack import Pack  # noqa: E402
@@ -40,7 +40,7 @@ from .types import DiskUsage, GCResult, ImageDetails, KeptLayer, LayerUsage, Pro
 
 __all__ = [
     "DSecClient", "DSecContainerRunArgs", "Sandbox", "Process", "Session", "WatchStream", "parse_size",
-    "SessionInfo", "GradeResult",
+    "SessionInfo", "GradeResult", "PauseResult",
     "Config", "load_config",
     "ExecResult", "ExitStatus", "OutputChunk", "ExecInfo", "FileInfo", "DirListing", "TarStats", "Stats",
     "Event", "BatchResult", "Resources", "Image", "ImageConfig", "Layer", "Key",

@@ -10,8 +10,8 @@ from . import __version__, _wire, errors
 from ._transport import NoRetry, ServerStream, Transport, _forked_leftovers
 from .config import Config, load_config
 from .network import Network, NetworkResult, network_request, results_of
-from .sandbox import Sandbox, Source, _chunks
-from .types import BatchResult, Event, Image, ImageConfig, Key, Layer
+from .sandbox import Sandbox, Source, _chunks, check_idle_action, pause_call, pause_results_of
+from .types import BatchResult, Event, Image, ImageConfig, Key, Layer, PauseResult
 from .types import DiskUsage, GCResult, ImageDetails, LayerUsage, Project
 
 __all__ = ["DSecClient", "DSecContainerRunArgs", "WatchStream", "parse_size", "MAX_BATCH"]
@@ -25,7 +25,8 @@ MIB = 1 << 20
 # The most sandboxes one batch create makes.
 MAX_BATCH = 1000
 
-_EVENTS = {1: "created", 2: "exited", 3: "oom", 4: "ttl_expired", 5: "failed", 6: "deleted", 7: "updated"}
+_EVENTS = {1: "created", 2: "exited", 3: "oom", 4: "ttl_expired", 5: "failed", 6: "deleted", 7: "updated",
+           8: "paused", 9: "resumed"}
 
 _DEFAULT = object()
 
@@ -58,7 +59,12 @@ class DSecContainerRunArgs:
             else /).
         labels: labels (k=v) to select the sandbox by.
         ttl_idle_stop: idle TTL in seconds: deleted after this long without
-            use (default 900).
+            use (default 900), or paused with idle_action "pause".
+        paused_ttl: seconds the sandbox may stay paused before it is
+            deleted (default 86400); paused time counts against neither
+            TTL.
+        idle_action: what the idle TTL does: "delete" (the default) or
+            "pause" (the next request resumes it).
         disk_limit_mb: size of the writable layer in MiB (default 10240).
         pids_limit: most processes and threads (default 4096).
         backend: isolation backend (default "container").
@@ -82,6 +88,8 @@ class DSecContainerRunArgs:
     backend: str = ""
     idempotency_key: str = ""
     network: Network = None
+    paused_ttl: float = 0
+    idle_action: str = ""
 
     def _request(self) -> Dict[str, Any]:
         """The create request for these arguments."""
@@ -91,7 +99,8 @@ class DSecContainerRunArgs:
             pids=self.pids_limit, disk=_mib(self.disk_limit_mb, "disk_limit_mb"), workdir=self.cwd,
             user=self.init_user, ttl=self.ttl_running_stop or None, idle_ttl=self.ttl_idle_stop or None,
             backend=self.backend, idempotency_key=self.idempotency_key,
-            network_rules=self.network_rules, network=self.network)
+            network_rules=self.network_rules, network=self.network,
+            paused_ttl=self.paused_ttl or None, idle_action=self.idle_action or None)
 
 
 def _mib(v: Union[int, float], what: str) -> int:
@@ -145,7 +154,8 @@ def create_request(image: str, *, labels: Optional[Mapping[str, str]] = None,
                    layers: Optional[Iterable[str]] = None,
                    layer_config: Optional[ImageConfig] = None,
                    network_rules: Optional[Mapping[str, bool]] = None,
-                   network: Network = None) -> Dict[str, Any]:
+                   network: Network = None, paused_ttl: Optional[_wire.Seconds] = None,
+                   idle_action: Optional[str] = None) -> Dict[str, Any]:
     layer_list = _wire.string_list(layers or (), "layers")
     if layer_list and image:
         raise errors.InvalidArgumentError("create: give an image or a list of layers, not both")
@@ -178,12 +188,16 @@ def create_request(image: str, *, labels: Optional[Mapping[str, str]] = None,
         msg["workdir"] = workdir
     if user:
         msg["user"] = str(user)
-    for key, val, what in (("ttl", ttl, "ttl"), ("idleTtl", idle_ttl, "idle_ttl")):
+    for key, val, what in (("ttl", ttl, "ttl"), ("idleTtl", idle_ttl, "idle_ttl"),
+                           ("pausedTtl", paused_ttl, "paused_ttl")):
         secs = _wire.seconds_of(val, what)
         if secs is not None:
             if secs <= 0:
                 raise errors.InvalidArgumentError("%s must be positive, not %g" % (what, secs))
             msg[key] = _wire.duration(secs)
+    action = check_idle_action(idle_action)
+    if action is not None:
+        msg["idleAction"] = action
     if backend:
         msg["backend"] = backend
     if idempotency_key:
@@ -347,6 +361,7 @@ class DSecClient:
                      backend: Optional[str] = None, idempotency_key: Optional[str] = None,
                      layers: Optional[Iterable[str]] = None, layer_config: Optional[ImageConfig] = None,
                      network_rules: Optional[Mapping[str, bool]] = None, network: Network = None,
+                     paused_ttl: Optional[_wire.Seconds] = None, idle_action: Optional[str] = None,
                      timeout: Optional[float] = 120) -> Sandbox:
         """Create a sandbox from image and return it once it runs; the
         Go-style form of :meth:`run_container`.
@@ -354,7 +369,8 @@ class DSecClient:
         Args:
             memory, disk: bytes, or sizes such as "512M" and "2G".
             cpus: CPU cap in cores.
-            ttl, idle_ttl: seconds or timedelta.
+            ttl, idle_ttl, paused_ttl: seconds or timedelta.
+            idle_action: "delete" (the default) or "pause".
             layers: instead of image, an explicit environment: layer digests
                 ("sha256:<hex>"), lowest first, each a registered layer, run
                 with layer_config (an :class:`ImageConfig`; its env, workdir
@@ -364,7 +380,8 @@ class DSecClient:
         return await self._create(create_request(
             image, labels=labels, env=env, memory=memory, cpus=cpus, pids=pids, disk=disk, workdir=workdir,
             user=user, ttl=ttl, idle_ttl=idle_ttl, backend=backend, idempotency_key=idempotency_key,
-            layers=layers, layer_config=layer_config, network_rules=network_rules, network=network), timeout)
+            layers=layers, layer_config=layer_config, network_rules=network_rules, network=network,
+            paused_ttl=paused_ttl, idle_action=idle_action), timeout)
 
     async def _create(self, req: Dict[str, Any], timeout: Optional[float]) -> Sandbox:
         t = self._transport()
@@ -478,6 +495,31 @@ class DSecClient:
         resp = await self._transport().unary(_SVC + "UpdateNetwork", msg, timeout=self._call_timeout(timeout),
                                              safe=not merge)
         return results_of(resp)
+
+    async def pause(self, labels: Selector = None, *, timeout: Optional[float] = None) -> List[PauseResult]:
+        """Pause every sandbox whose labels match every k=v of labels (a
+        job), as :meth:`Sandbox.pause` does; one result per sandbox, in ID
+        order. What fails for one sandbox is in its result's error. The
+        selector must not be empty; pause one sandbox with
+        ``sandbox.pause()``."""
+        return await self._pause_or_resume("Pause", "pause", labels, timeout)
+
+    async def resume(self, labels: Selector = None, *, timeout: Optional[float] = None) -> List[PauseResult]:
+        """Resume every sandbox whose labels match every k=v of labels, as
+        :meth:`Sandbox.resume` does; one result per sandbox, in ID order
+        (ResourceExhaustedError with retry_after in the result of one the
+        node has no room for)."""
+        return await self._pause_or_resume("Resume", "resume", labels, timeout)
+
+    async def _pause_or_resume(self, method: str, what: str, labels: Selector,
+                               timeout: Optional[float]) -> List[PauseResult]:
+        sel = selector_of(labels)
+        if not sel:
+            raise errors.InvalidArgumentError("%s: empty label selector; give at least one label (example: "
+                                              "labels={\"job\": \"run-42\"}), or %s one sandbox with "
+                                              "sandbox.%s()" % (what, what, what))
+        resp = await pause_call(self._transport(), method, {"selector": sel}, self._call_timeout(timeout))
+        return pause_results_of(resp)
 
     async def watch(self, selector: Selector = None, *, initial: bool = False) -> "WatchStream":
         """Watch the sandboxes selector selects: return once the server

@@ -14,8 +14,8 @@ from . import _tar, _wire, errors
 from ._transport import NoRetry, ServerStream, Transport
 from .network import Network, NetworkInfo, network_request, policy_of, results_of
 from .pack import Pack
-from .types import (DirListing, ExecInfo, ExecResult, ExitStatus, FileInfo, GradeResult, OutputChunk, Resources,
-                    SessionInfo, Stats, TarStats)
+from .types import (DirListing, ExecInfo, ExecResult, ExitStatus, FileInfo, GradeResult, OutputChunk, PauseResult,
+                    Resources, SessionInfo, Stats, TarStats)
 
 if TYPE_CHECKING:
     from .client import DSecClient
@@ -26,6 +26,52 @@ _SVC = "dsec.sandbox.v1.SandboxService/"
 _CHUNK = 1 << 20
 
 _STATES = {1: "creating", 2: "running", 3: "paused", 4: "exited", 5: "failed", 6: "deleted"}
+
+# What a sandbox's idle TTL does when it runs out.
+IDLE_ACTIONS = ("delete", "pause")
+
+
+def check_idle_action(action: Optional[str]) -> Optional[str]:
+    """Return an idle action ("delete" or "pause"), refusing others; None
+    and "" leave it unset."""
+    if action is None or action == "":
+        return None
+    if action not in IDLE_ACTIONS:
+        raise errors.InvalidArgumentError("idle_action %.40r: use \"delete\" (the default) or \"pause\"" % (action,))
+    return action
+
+
+async def pause_call(t: Transport, method: str, msg: Dict[str, Any], timeout: Optional[float]) -> Dict[str, Any]:
+    """Call Pause or Resume: retried when the server is unavailable (both
+    are idempotent), never after ResourceExhausted, which (as in the Go
+    SDK) is the caller's to wait out with its retry_after: a resume the
+    node has no room for leaves the sandbox paused."""
+
+    async def once(remaining: Optional[float]) -> Dict[str, Any]:
+        try:
+            return await t.unary(_SVC + method, msg, timeout=remaining, safe=False)
+        except errors.ResourceExhaustedError as e:
+            raise NoRetry(e) from None
+
+    return await t.call(once, timeout=timeout, safe=True, what=method.lower())
+
+
+def pause_results_of(resp: Mapping[str, Any]) -> List[PauseResult]:
+    """The results of a Pause or Resume answer, errors mapped by the one
+    table of codes."""
+    out = []
+    for r in resp.get("results") or []:
+        res = PauseResult(id=r.get("id", ""), resident_bytes=_wire.to_int(r.get("residentBytes")),
+                          swapped_bytes=_wire.to_int(r.get("swappedBytes")))
+        if r.get("error"):
+            e = r["error"]
+            ra = _wire.parse_duration(e.get("retryAfter")) or None
+            res.error = errors.error_from_code(e.get("code", ""), e.get("message", ""), ra)
+        else:
+            res.state = _wire.enum_name(r.get("state"), "STATE_", _STATES)
+            res.took = _wire.parse_duration(r.get("took"))
+        out.append(res)
+    return out
 
 Command = Union[str, Sequence[str]]
 # How a command runs sealed: False/None (not), True or "freeze" (the
@@ -89,10 +135,17 @@ class Sandbox:
         resources: its limits (:class:`Resources`).
         node, backend, project: where and how it runs, and whose it is.
         created_at: when it was created.
-        expires_at: when its hard TTL ends it.
-        idle_ttl: seconds without use after which it is deleted.
+        expires_at: when its hard TTL ends it (while it is paused: were it
+            resumed now; paused time does not count).
+        idle_ttl: seconds without use after which it is deleted (or paused,
+            with idle_action "pause").
         idle_expires_at: when its idle TTL ends it unless something uses it
-            first; None while a stream is open or without an idle TTL.
+            first; None while a stream is open, while it is paused, or
+            without an idle TTL.
+        idle_action: what its idle TTL does: "delete" or "pause".
+        paused_ttl: seconds it may stay paused before it is deleted.
+        paused_at, paused_expires_at: while it is paused, when it was paused
+            and when its paused TTL deletes it; None otherwise.
         user, workdir, env: the defaults of its commands.
         network_policy: its network policy document ({"mode": "none"}
             without network); network() adds its addresses and counters.
@@ -113,6 +166,10 @@ class Sandbox:
         self.expires_at: Optional[datetime.datetime] = None
         self.idle_ttl = 0.0
         self.idle_expires_at: Optional[datetime.datetime] = None
+        self.idle_action = "delete"
+        self.paused_ttl = 0.0
+        self.paused_at: Optional[datetime.datetime] = None
+        self.paused_expires_at: Optional[datetime.datetime] = None
         self.user = ""
         self.workdir = ""
         self.env: Dict[str, str] = {}
@@ -140,6 +197,10 @@ class Sandbox:
         self.expires_at = _wire.parse_timestamp(m.get("expiresAt"))
         self.idle_ttl = _wire.parse_duration(m.get("idleTtl"))
         self.idle_expires_at = _wire.parse_timestamp(m.get("idleExpiresAt"))
+        self.idle_action = m.get("idleAction") or "delete"
+        self.paused_ttl = _wire.parse_duration(m.get("pausedTtl"))
+        self.paused_at = _wire.parse_timestamp(m.get("pausedAt"))
+        self.paused_expires_at = _wire.parse_timestamp(m.get("pausedExpiresAt"))
         self.user = m.get("user", "")
         self.workdir = m.get("workdir", "")
         self.env = dict(m.get("env") or {})
@@ -183,24 +244,64 @@ class Sandbox:
         return self
 
     async def set_timeout(self, ttl: Optional[_wire.Seconds] = None, idle_ttl: Optional[_wire.Seconds] = None, *,
+                          paused_ttl: Optional[_wire.Seconds] = None, idle_action: Optional[str] = None,
                           timeout: Optional[float] = None) -> None:
-        """Change the TTLs of the live sandbox: ttl is a new hard TTL counted
-        from now, idle_ttl a new idle TTL (seconds or timedelta); None keeps
-        one as it is. The sandbox's fields are updated from the answer."""
+        """Change the lifetimes of the live sandbox: ttl is a new hard TTL
+        counted from now (for a paused sandbox, from its resume: paused time
+        does not count), idle_ttl a new idle TTL, paused_ttl a new paused TTL
+        (counted from the pause for a paused sandbox), all seconds or
+        timedelta; idle_action "delete" or "pause" is what the idle TTL
+        does. None keeps one as it is; a paused sandbox stays paused. The
+        sandbox's fields are updated from the answer."""
         t = _wire.seconds_of(ttl, "ttl")
         it = _wire.seconds_of(idle_ttl, "idle_ttl")
-        if (t is not None and t <= 0) or (it is not None and it <= 0):
+        pt = _wire.seconds_of(paused_ttl, "paused_ttl")
+        action = check_idle_action(idle_action)
+        if any(v is not None and v <= 0 for v in (t, it, pt)):
             raise errors.InvalidArgumentError("set timeout of sandbox %s: TTLs must be positive (got ttl %s, idle "
-                                              "TTL %s)" % (self.id, t, it))
-        if t is None and it is None:
-            raise errors.InvalidArgumentError("set timeout of sandbox %s: give a ttl, an idle_ttl or both" % self.id)
+                                              "TTL %s, paused TTL %s)" % (self.id, t, it, pt))
+        if t is None and it is None and pt is None and action is None:
+            raise errors.InvalidArgumentError("set timeout of sandbox %s: give a ttl, an idle_ttl, a paused_ttl or "
+                                              "an idle_action" % self.id)
         msg: Dict[str, Any] = {"id": self.id}
         if t is not None:
             msg["ttl"] = _wire.duration(t)
         if it is not None:
             msg["idleTtl"] = _wire.duration(it)
+        if pt is not None:
+            msg["pausedTtl"] = _wire.duration(pt)
+        if action is not None:
+            msg["idleAction"] = action
         resp = await self._t.unary(_SVC + "SetTimeout", msg, timeout=self._timeout(timeout), safe=True)
         self._update(resp.get("sandbox"))
+
+    async def pause(self, *, timeout: Optional[float] = None) -> PauseResult:
+        """Pause the sandbox: its processes stop and its node pushes its
+        memory out of RAM (to swap, where the node has it); files, processes
+        and state stay. Paused time counts against neither its hard nor its
+        idle TTL; its paused TTL (default 24 h) deletes it if it stays paused
+        longer. Any later command, file operation, attach, session command
+        or port connection resumes it first. Pausing a paused sandbox
+        reports it as it is. ``state`` is updated."""
+        resp = await pause_call(self._t, "Pause", {"id": self.id}, self._timeout(timeout))
+        return self._pause_result("pause", resp)
+
+    async def resume(self, *, timeout: Optional[float] = None) -> PauseResult:
+        """Make the paused sandbox run again; resuming a running sandbox
+        reports it as it is. A node that cannot hold its memory again raises
+        ResourceExhaustedError (with retry_after) and it stays paused.
+        ``state`` is updated."""
+        resp = await pause_call(self._t, "Resume", {"id": self.id}, self._timeout(timeout))
+        return self._pause_result("resume", resp)
+
+    def _pause_result(self, what: str, resp: Mapping[str, Any]) -> PauseResult:
+        for r in pause_results_of(resp):
+            if r.id == self.id:
+                if r.error is not None:
+                    raise r.error
+                self.state = r.state
+                return r
+        raise errors.InternalError("%s: the server did not answer for sandbox %s" % (what, self.id))
 
     async def update_labels(self, labels: Optional[Mapping[str, str]] = None, remove: Iterable[str] = (), *,
                             timeout: Optional[float] = None) -> None:

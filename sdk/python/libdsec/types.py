@@ -357,6 +357,8 @@ class Stats:
             (zero without network; Sandbox.network() has them all).
         networked: whether the sandbox has a network (a policy that
             allows anything).
+        swapped: bytes of a paused sandbox's memory out of RAM, in the
+            node's swap, as its pause left it.
     """
 
     cpu: float = 0.0
@@ -375,6 +377,7 @@ class Stats:
     net_connections: int = 0
     net_denied: int = 0
     networked: bool = False
+    swapped: int = 0
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "Stats":
@@ -386,7 +389,7 @@ class Stats:
                    output_limit=i(m.get("outputLimit")), net_out=i(m.get("netBytesOut")),
                    net_in=i(m.get("netBytesIn")), net_connections=i(m.get("netConnectionsOut")),
                    net_denied=i(m.get("netDenied")),
-                   networked=bool(m.get("networked", False)))
+                   networked=bool(m.get("networked", False)), swapped=i(m.get("swappedBytes")))
 
 
 @dataclasses.dataclass
@@ -395,7 +398,7 @@ class Event:
 
     Attributes:
         type: "created", "exited", "oom", "ttl_expired", "failed",
-            "deleted", "updated", or "unknown".
+            "deleted", "updated", "paused", "resumed", or "unknown".
         sandbox: the sandbox as it is after the change.
         reason: why, for people.
         time: when.
@@ -405,6 +408,30 @@ class Event:
     sandbox: Optional["Sandbox"]
     reason: str = ""
     time: Optional[datetime.datetime] = None
+
+
+@dataclasses.dataclass
+class PauseResult:
+    """The outcome of a pause or resume of one sandbox.
+
+    Attributes:
+        id: the sandbox's ID.
+        state: its state after it: "paused" after a pause, "running" after
+            a resume ("" when it failed).
+        resident_bytes: its memory in RAM when the call returned.
+        swapped_bytes: its memory out of RAM, in the node's swap.
+        took: seconds the pause or resume took; 0 when it was already so.
+        error: why it failed for this sandbox (by labels only: by ID the
+            call raises), e.g. ResourceExhaustedError with retry_after when
+            the node cannot hold a resumed sandbox.
+    """
+
+    id: str = ""
+    state: str = ""
+    resident_bytes: int = 0
+    swapped_bytes: int = 0
+    took: float = 0.0
+    error: Optional[errors.DSecError] = None
 
 
 @dataclasses.dataclass
