@@ -130,9 +130,12 @@ func (k *fakeKernel) Mkdir(dir string) error {
 			case "memory":
 				files["memory.max"] = "max\n"
 				files["memory.current"] = "0\n"
+				files["memory.reclaim"] = ""
+				files["memory.stat"] = "anon 0\nfile 0\n"
 				files["memory.events"] = "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n"
 				if k.swap {
 					files["memory.swap.max"] = "max\n"
+					files["memory.swap.current"] = "0\n"
 				}
 			case "cpu":
 				files["cpu.max"] = "max 100000\n"
@@ -156,6 +159,9 @@ func (k *fakeKernel) Mkdir(dir string) error {
 			files["memory.limit_in_bytes"] = "9223372036854771712\n"
 			files["memory.usage_in_bytes"] = "0\n"
 			files["memory.oom_control"] = "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"
+			files["memory.swappiness"] = "60\n"
+			files["memory.force_empty"] = ""
+			files["memory.stat"] = "cache 0\nrss 0\ntotal_cache 0\ntotal_rss 0\ntotal_swap 0\n"
 			if k.memsw {
 				files["memory.memsw.limit_in_bytes"] = "9223372036854771712\n"
 			}

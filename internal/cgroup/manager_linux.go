@@ -488,10 +488,15 @@ func readKey(file, key string) (int64, error) {
 // poll calls done until it reports true or fails, or ctx ends, sleeping
 // from 1ms up to 20ms between calls.
 func poll(ctx context.Context, done func() (bool, error)) error {
+	return pollFrom(ctx, time.Millisecond, done)
+}
+
+// pollFrom is poll with a first sleep of first.
+func pollFrom(ctx context.Context, first time.Duration, done func() (bool, error)) error {
 	const maxDelay = 20 * time.Millisecond
 	t := time.NewTimer(0)
 	defer t.Stop()
-	for delay := time.Millisecond; ; delay = min(2*delay, maxDelay) {
+	for delay := first; ; delay = min(2*delay, maxDelay) {
 		ok, err := done()
 		if err != nil || ok {
 			return err
