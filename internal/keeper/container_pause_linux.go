@@ -55,6 +55,11 @@ type pausedProc struct {
 	Resident  []pageout.Range `json:"resident"`
 }
 
+// swapReserve is the swap a move out leaves free: with none free the
+// kernel's reclaim passes over anonymous memory altogether, and what was
+// just written to swap would stay in RAM as well (swap cache).
+const swapReserve = 32 << 20
+
 // writebackWait bounds how long a move out waits for its swap writes
 // before the group's reclaim (which would wait for them itself, one at a
 // time on cgroup v1).
@@ -109,6 +114,8 @@ func (c *containerDriver) memory(b *box) (PauseInfo, error) {
 func (c *containerDriver) moveOut(ctx context.Context, b *box) (string, error) {
 	info := b.snapshot()
 	slot, path := info.slot(), filepath.Join(b.dir(c.l), pauseRecordName)
+	tm := newPhases("pausemove")
+	defer func() { c.log.Debug("pause move phases", "sandbox", info.ID, "ms", tm.String()) }()
 	if err := c.cg.AllowSwap(slot, true); err != nil {
 		return "", err
 	}
@@ -154,8 +161,12 @@ func (c *containerDriver) moveOut(ctx context.Context, b *box) (string, error) {
 			return "", fmt.Errorf("record the resident memory: %w", err)
 		}
 	}
+	tm.mark("record")
 	total, _ := hostSwap()
 	if total > 0 {
+		// In pieces, each no larger than the swap left above the reserve
+		// (a mapping's size bounds what of it is resident).
+	procs:
 		for _, p := range procs {
 			maps, err := p.Mappings()
 			if errdefs.Is(err, errdefs.ErrNotFound) {
@@ -164,10 +175,19 @@ func (c *containerDriver) moveOut(ctx context.Context, b *box) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			if _, err := p.Advise(ctx, maps, pageout.PageOut); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
-				return "", err
+			for len(maps) > 0 {
+				_, free := hostSwap()
+				if free <= swapReserve {
+					break procs
+				}
+				var head []pageout.Range
+				head, maps = pageout.Split(maps, uint64(min(free-swapReserve, pageout.ChunkBytes)))
+				if _, err := p.Advise(ctx, head, pageout.PageOut); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+					return "", err
+				}
 			}
 		}
+		tm.mark("pageout")
 		// Let the swap writes end before the group's reclaim, which on v1
 		// would wait for them one page at a time.
 		wctx, cancel := context.WithTimeout(ctx, writebackWait)
@@ -182,10 +202,12 @@ func (c *containerDriver) moveOut(ctx context.Context, b *box) (string, error) {
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return "", err
 		}
+		tm.mark("writeback")
 	}
 	if err := c.cg.Reclaim(ctx, slot); err != nil {
 		return "", err
 	}
+	tm.mark("reclaim")
 	m, err := c.cg.Memory(slot)
 	if err != nil {
 		return "", err

@@ -114,3 +114,20 @@ func chunks(ranges []Range) [][]Range {
 	flush()
 	return out
 }
+
+// Split returns the first n bytes of ranges and the rest, splitting the
+// range where n falls.
+func Split(ranges []Range, n uint64) (head, rest []Range) {
+	for i, r := range ranges {
+		if n == 0 {
+			return ranges[:i:i], ranges[i:]
+		}
+		if r.Len() > n {
+			head = append(ranges[:i:i], Range{r.Start, r.Start + n})
+			rest = append([]Range{{r.Start + n, r.End}}, ranges[i+1:]...)
+			return head, rest
+		}
+		n -= r.Len()
+	}
+	return ranges, nil
+}

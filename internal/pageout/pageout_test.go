@@ -97,3 +97,29 @@ var cmpEmpty = cmp.Comparer(func(a, b []Range) bool {
 	}
 	return true
 })
+
+func TestSplit(t *testing.T) {
+	in := []Range{{0, 10}, {20, 30}}
+	for _, tc := range []struct {
+		n          uint64
+		head, rest []Range
+	}{
+		{0, nil, in},
+		{5, []Range{{0, 5}}, []Range{{5, 10}, {20, 30}}},
+		{10, []Range{{0, 10}}, []Range{{20, 30}}},
+		{15, []Range{{0, 10}, {20, 25}}, []Range{{25, 30}}},
+		{20, in, nil},
+		{99, in, nil},
+	} {
+		head, rest := Split(in, tc.n)
+		if diff := cmp.Diff(tc.head, head, cmpEmpty); diff != "" {
+			t.Errorf("Split(%d) head (-want +got):\n%s", tc.n, diff)
+		}
+		if diff := cmp.Diff(tc.rest, rest, cmpEmpty); diff != "" {
+			t.Errorf("Split(%d) rest (-want +got):\n%s", tc.n, diff)
+		}
+	}
+	if in[0] != (Range{0, 10}) || in[1] != (Range{20, 30}) {
+		t.Errorf("Split changed its input: %v", in)
+	}
+}
