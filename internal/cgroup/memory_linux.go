@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
@@ -119,8 +121,8 @@ func (m *Manager) Reclaim(ctx context.Context, name string) error {
 	}
 }
 
-// Memory reports where the group's memory is. It fails with ErrNotFound
-// when the group does not exist.
+// Memory reports where the group's memory is, reading each file once.
+// It fails with ErrNotFound when the group does not exist.
 func (m *Manager) Memory(name string) (Memory, error) {
 	if err := checkName(name); err != nil {
 		return Memory{}, err
@@ -129,35 +131,40 @@ func (m *Manager) Memory(name string) (Memory, error) {
 		return Memory{}, notFound(name)
 	}
 	var mem Memory
-	var sf []statFile
+	var dir, current, swapFile string
+	var keys map[string]*int64
 	if m.layout.Mode == Unified {
-		d := m.v2Dir(name)
-		stat := filepath.Join(d, "memory.stat")
-		sf = []statFile{
-			{&mem.Resident, filepath.Join(d, "memory.current"), ""},
-			{&mem.Swapped, filepath.Join(d, "memory.swap.current"), ""},
-			{&mem.Anon, stat, "anon"},
-			{&mem.File, stat, "file"},
-			{&mem.Unevictable, stat, "unevictable"},
-			{&mem.Writeback, stat, "file_writeback"},
-		}
+		dir = m.v2Dir(name)
+		current, swapFile = "memory.current", "memory.swap.current"
+		keys = map[string]*int64{"anon": &mem.Anon, "file": &mem.File, "unevictable": &mem.Unevictable, "file_writeback": &mem.Writeback}
 	} else {
-		d := m.v1Dir("memory", name)
-		if d == "" {
+		if dir = m.v1Dir("memory", name); dir == "" {
 			return Memory{}, nil
 		}
-		stat := filepath.Join(d, "memory.stat")
-		sf = []statFile{
-			{&mem.Resident, filepath.Join(d, "memory.usage_in_bytes"), ""},
-			{&mem.Swapped, stat, "total_swap"},
-			{&mem.Anon, stat, "total_rss"},
-			{&mem.File, stat, "total_cache"},
-			{&mem.Unevictable, stat, "total_unevictable"},
-			{&mem.Writeback, stat, "total_writeback"},
+		current = "memory.usage_in_bytes"
+		keys = map[string]*int64{"total_swap": &mem.Swapped, "total_rss": &mem.Anon, "total_cache": &mem.File,
+			"total_unevictable": &mem.Unevictable, "total_writeback": &mem.Writeback}
+	}
+	var err error
+	if mem.Resident, err = readInt(filepath.Join(dir, current)); err != nil {
+		return Memory{}, fmt.Errorf("cgroup %s memory: %w", name, err)
+	}
+	if swapFile != "" {
+		if mem.Swapped, err = readInt(filepath.Join(dir, swapFile)); err != nil {
+			return Memory{}, fmt.Errorf("cgroup %s memory: %w", name, err)
 		}
 	}
-	if err := readStats(sf); err != nil {
+	stat, err := readString(filepath.Join(dir, "memory.stat"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Memory{}, fmt.Errorf("cgroup %s memory: %w", name, err)
+	}
+	for line := range strings.Lines(stat) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if dst := keys[k]; ok && dst != nil {
+			if *dst, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return Memory{}, fmt.Errorf("cgroup %s memory: parse %s: %w", name, k, err)
+			}
+		}
 	}
 	return mem, nil
 }

@@ -152,3 +152,45 @@ func startHold(t *testing.T, m *Manager, name string, mib int) *child {
 	}
 	return c
 }
+
+// TestMemoryReads checks Memory reads each host's files: v1's usage and
+// hierarchical totals, cgroup2's current, swap.current and memory.stat.
+func TestMemoryReads(t *testing.T) {
+	for _, tt := range []struct {
+		mode  Mode
+		files map[string]string
+		want  Memory
+	}{
+		{V1, map[string]string{
+			"memory/dsec/sb/memory.usage_in_bytes": "1000\n",
+			"memory/dsec/sb/memory.stat":           "cache 1\nrss 2\nswap 3\ntotal_cache 40\ntotal_rss 50\ntotal_swap 60\ntotal_unevictable 7\ntotal_writeback 8\n",
+		}, Memory{Resident: 1000, Swapped: 60, Anon: 50, File: 40, Unevictable: 7, Writeback: 8}},
+		{Unified, map[string]string{
+			"unified/dsec/sb/memory.current":      "2000\n",
+			"unified/dsec/sb/memory.swap.current": "300\n",
+			"unified/dsec/sb/memory.stat":         "anon 11\nfile 12\nunevictable 13\nfile_writeback 14\n",
+		}, Memory{Resident: 2000, Swapped: 300, Anon: 11, File: 12, Unevictable: 13, Writeback: 14}},
+	} {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			m, k := newFake(t, fakeOptions{mode: tt.mode})
+			if err := m.Create("sb", limits); err != nil {
+				t.Fatal(err)
+			}
+			for f, data := range tt.files {
+				if err := os.WriteFile(filepath.Join(k.base, f), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := m.Memory("sb")
+			if err != nil {
+				t.Fatalf("Memory(sb) = %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Memory(sb) (-want +got):\n%s", diff)
+			}
+			if _, err := m.Memory("nosuch"); err == nil {
+				t.Errorf("Memory(nosuch) = nil error, want NotFound")
+			}
+		})
+	}
+}
