@@ -166,7 +166,9 @@ type SandboxInfo struct {
 	// sandbox can send a packet.
 	Network json.RawMessage `json:"network,omitempty"`
 	// Paused: its processes are stopped by a pause until a resume
-	// (protocol 6). A restarted keeper keeps a paused sandbox paused.
+	// (protocol 6). A restarted keeper keeps a paused sandbox paused: the
+	// record of it is the file "paused" in the sandbox's directory, not
+	// this field of keeper.json (pause_linux.go).
 	Paused bool `json:"paused,omitempty"`
 }
 

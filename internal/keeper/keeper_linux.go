@@ -281,6 +281,9 @@ func (k *Keeper) adopt() {
 			k.log.Error("not adopting a sandbox of an unknown driver: delete it with the dsec that made it", "id", info.ID, "err", err)
 			continue
 		}
+		// The marker says whether it is paused, whatever a rewrite of the
+		// record in between said (pause_linux.go).
+		info.Paused = recordedPaused(k.l.SandboxDir(info.ID))
 		bx := k.newBox(info)
 		bx.info.Adopted, bx.info.Driver = true, d.Name()
 		d.Adopt(bx)
@@ -292,7 +295,7 @@ func (k *Keeper) adopt() {
 				// Its memory goes on moving out where the last keeper
 				// stopped (or comes out again after a swapoff).
 				bx.pausedSince = time.Now()
-				k.startMove(bx, p, true)
+				k.prepareMove(bx, p, true)()
 			}
 		}
 		k.boxes[info.ID] = bx

@@ -66,8 +66,15 @@ func (k *Keeper) handler(stop func()) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/sandbox/pause", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		info, err := k.pause(r.Context(), q.Get("id"), q.Get("wait") == "1")
+		info, start, err := k.pause(r.Context(), q.Get("id"), q.Get("wait") == "1")
 		reply(w, info, err)
+		if start != nil {
+			// The move out begins once the reply is on its way.
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+			start()
+		}
 	})
 	mux.HandleFunc("POST /v1/sandbox/resume", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
