@@ -216,8 +216,9 @@ func (m *Manager) freeze(ctx context.Context, name string, frozen bool) error {
 // in cgroup.events, which wakes a poll(2) for POLLPRI when it changes: the
 // wait ends as the kernel's change does, which polling with sleeps would
 // miss by up to its sleep (a freeze takes from tens of microseconds to a
-// few milliseconds, as the group's tasks get a CPU to stop on). v1's
-// freezer.state is polled.
+// few milliseconds, as the group's tasks get a CPU to stop on; a Go sleep
+// of 20 µs on a busy node is often a millisecond). v1's freezer.state is
+// polled.
 func waitFrozen(ctx context.Context, f freezer, frozen bool) error {
 	done := func() (bool, error) {
 		is, err := isFrozen(f)
@@ -236,6 +237,7 @@ func waitFrozen(ctx context.Context, f freezer, frozen bool) error {
 		want = []byte("frozen 1")
 	}
 	buf := make([]byte, 256)
+	wait := 20 * time.Microsecond
 	for {
 		n, err := ev.ReadAt(buf, 0)
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -244,11 +246,16 @@ func waitFrozen(ctx context.Context, f freezer, frozen bool) error {
 		if bytes.Contains(buf[:n], want) {
 			return nil
 		}
-		// A change since the read above wakes the poll at once.
+		// A change since the read above wakes the poll at once; the
+		// kernel sends at most one such wake-up per file every 10 ms
+		// (cgroup_file_notify), so the poll also times out, after 20 µs
+		// and then twice as long each time, up to 2 ms.
 		fds := []unix.PollFd{{Fd: int32(ev.Fd()), Events: unix.POLLPRI}}
-		if _, err := unix.Poll(fds, 10); err != nil && !errors.Is(err, unix.EINTR) {
+		ts := unix.NsecToTimespec(int64(wait))
+		if _, err := unix.Ppoll(fds, &ts, nil); err != nil && !errors.Is(err, unix.EINTR) {
 			return fmt.Errorf("poll %s: %w", ev.Name(), err)
 		}
+		wait = min(2*wait, 2*time.Millisecond)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
