@@ -7,8 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dsecproject/dsec/internal/errdefs"
 )
@@ -336,6 +339,13 @@ func (k *Keeper) move(ctx context.Context, b *box, p pauser, mv *memMove, id str
 			err = ctx.Err()
 		}
 	} else {
+		// At the lowest CPU priority: the read-back is what the sandbox
+		// will need, its first commands are what it needs now. The
+		// thread ends with this goroutine (it stays locked to it).
+		runtime.LockOSThread()
+		if perr := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19); perr != nil {
+			k.log.Debug("lower the read-back's priority", "err", perr)
+		}
 		err = p.moveBack(ctx, b)
 	}
 	b.mu.Lock()
