@@ -213,12 +213,16 @@ func (k *Keeper) resumeLocked(b *box, p pauser) error {
 	case !info.Paused:
 		return nil
 	}
+	tm := newPhases("resume")
+	defer func() { k.log.Debug("resume phases", "sandbox", info.ID, "ms", tm.String()) }()
 	k.stopMove(b) // the move out, if it has not ended
+	tm.mark("stop")
 	if err := p.allowSwap(b, false); err != nil {
 		k.log.Warn("keep a resumed sandbox from swapping", "sandbox", info.ID, "err", err)
 	}
 	// The reads start before the thaw, and go on beside the sandbox.
 	k.prepareMove(b, p, false)()
+	tm.mark("readback")
 	tctx, cancel := context.WithTimeout(context.Background(), freezeTimeout)
 	defer cancel()
 	if err := p.thaw(tctx, b); err != nil {
@@ -228,6 +232,7 @@ func (k *Keeper) resumeLocked(b *box, p pauser) error {
 		}
 		return fmt.Errorf("resume sandbox %s: %w", info.ID, err)
 	}
+	tm.mark("thaw")
 	b.mu.Lock()
 	if !b.pausedSince.IsZero() {
 		b.pausedTotal += time.Since(b.pausedSince)
@@ -240,6 +245,7 @@ func (k *Keeper) resumeLocked(b *box, p pauser) error {
 		// says paused) until the next resume: said, not hidden.
 		return fmt.Errorf("resume sandbox %s: it runs, but recording that failed: %w", info.ID, err)
 	}
+	tm.mark("record")
 	return nil
 }
 
