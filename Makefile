@@ -107,7 +107,7 @@ bench-network: build ## issue 14 (root): create with/without network, 1 GiB thro
 	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -ldflags '-linkmode external -extldflags -static' -o bin/bench-network ./bench/network
 	DSEC_BIN=$(CURDIR)/bin/dsec bin/bench-network -json bin/bench-network.json $(NETWORK_FLAGS)
 
-# Extra flags of bench-pause, e.g. make bench-pause PAUSE_FLAGS='-sizes 64,256 -n 1 -many 100 -mechs=false'.
+# Extra flags of bench-pause, e.g. make bench-pause PAUSE_FLAGS='-sizes 64,256 -n 1 -many 100 -mechs='.
 PAUSE_FLAGS ?=
 
 bench-pause: build ## issue 15 (root): pause/resume of 64-1,024 MiB sandboxes vs raw freeze, thaw and swap, 500 at once, mechanisms compared: JSON, table, targets

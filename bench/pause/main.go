@@ -39,7 +39,7 @@ type Config struct {
 	Rounds int   // per size
 	Many   int   // sandboxes paused and resumed at once (0: none)
 	Conc   int   // concurrent calls for Many
-	Mechs  bool  // compare the mechanisms
+	Mechs  []int // MiB at which to compare the mechanisms (none: skip)
 	Swap   int64 // swap file size
 }
 
@@ -123,7 +123,7 @@ func main() {
 	flag.IntVar(&cfg.Rounds, "n", 3, "rounds per size (and per mechanism)")
 	flag.IntVar(&cfg.Many, "many", 500, "sandboxes paused and resumed at once (0: none)")
 	flag.IntVar(&cfg.Conc, "conc", 16, "concurrent calls when pausing and resuming many")
-	flag.BoolVar(&cfg.Mechs, "mechs", true, "also compare the mechanisms of moving memory out and back (256 MiB)")
+	mechs := flag.String("mechs", "256,1024", "MiB at which to compare the mechanisms of moving memory out and back, comma-separated (empty: none)")
 	swapSize := flag.Int64("swap-mib", 3072, "MiB of the swap file dsec up makes")
 	jsonOut := flag.String("json", "", "also write the JSON here")
 	flag.Parse()
@@ -139,6 +139,16 @@ func main() {
 			log.Fatalf("-sizes %q: want MiB of at least 8", s)
 		}
 		cfg.Sizes = append(cfg.Sizes, n)
+	}
+	for _, s := range strings.Split(*mechs, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 8 {
+			log.Fatalf("-mechs %q: want MiB of at least 8", s)
+		}
+		cfg.Mechs = append(cfg.Mechs, n)
 	}
 	if cfg.Rounds < 1 || cfg.Conc < 1 {
 		log.Fatal("-n and -conc must be at least 1")

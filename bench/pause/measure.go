@@ -131,38 +131,43 @@ func run(cfg Config) (rep *Report, err error) {
 		}
 		rep.Sizes = append(rep.Sizes, summarize(mib, sbs, raws))
 	}
-	if cfg.Mechs {
-		const mib = 256
-		for _, m := range []string{"squeeze", "force_empty", "pageout", "pageout+force_empty"} {
-			var rs []rawRound
-			for range cfg.Rounds {
+	for _, mib := range cfg.Mechs {
+		// Round by round, each mechanism in turn: a busy spell of the
+		// machine falls on all of them.
+		outs := []string{"squeeze", "force_empty", "pageout", "pageout+force_empty"}
+		backs := []string{"demand", "willneed,thaw", "thaw+willneed"}
+		rounds := map[string][]rawRound{}
+		for r := range cfg.Rounds {
+			for _, m := range outs {
 				rr, err := b.rawRound(ctx, mib, m, "", false)
 				if err != nil {
 					return rep, fmt.Errorf("mechanism %s: %w", m, err)
 				}
-				rs = append(rs, rr)
+				rounds["out "+m] = append(rounds["out "+m], rr)
 			}
+			for _, m := range backs {
+				rr, err := b.rawRound(ctx, mib, "pageout+force_empty", m, true)
+				if err != nil {
+					return rep, fmt.Errorf("mechanism %s: %w", m, err)
+				}
+				rounds["back "+m] = append(rounds["back "+m], rr)
+			}
+			log.Printf("mechanisms at %d MiB: round %d done", mib, r)
+		}
+		for _, m := range outs {
+			rs := rounds["out "+m]
 			mr := MechResult{Kind: "out", Name: m, MiB: mib, Rounds: len(rs)}
 			mr.Out90 = msMedian(rs, func(r rawRound) time.Duration { return r.out90 })
 			mr.Done = msMedian(rs, func(r rawRound) time.Duration { return r.done })
 			mr.OutPct = medianF(rs, func(r rawRound) float64 { return r.outPct })
 			rep.Mechs = append(rep.Mechs, mr)
-			log.Printf("out %s: 90%% out %.0f ms, returned %.0f ms, %.1f%% out", m, mr.Out90, mr.Done, mr.OutPct)
 		}
-		for _, m := range []string{"demand", "willneed,thaw", "thaw+willneed"} {
-			var rs []rawRound
-			for range cfg.Rounds {
-				rr, err := b.rawRound(ctx, mib, "pageout+force_empty", m, true)
-				if err != nil {
-					return rep, fmt.Errorf("mechanism %s: %w", m, err)
-				}
-				rs = append(rs, rr)
-			}
+		for _, m := range backs {
+			rs := rounds["back "+m]
 			mr := MechResult{Kind: "back", Name: m, MiB: mib, Rounds: len(rs)}
 			mr.Touch = msMedian(rs, func(r rawRound) time.Duration { return r.touched })
 			mr.Back = msMedian(rs, func(r rawRound) time.Duration { return r.back })
 			rep.Mechs = append(rep.Mechs, mr)
-			log.Printf("back %s: touched all %.0f ms, in RAM %.0f ms", m, mr.Touch, mr.Back)
 		}
 	}
 	if cfg.Many > 0 {
