@@ -28,6 +28,8 @@ type fakeKernel struct {
 	failWrite, busyWrite string
 	// log is "mkdir <dir>" and "write <file> <data>", paths relative to base.
 	log []string
+	// xattrs are the extended attributes set, by path and name.
+	xattrs map[string]string
 }
 
 // fakeOptions shape a fake host.
@@ -190,6 +192,35 @@ func (k *fakeKernel) Rmdir(dir string) error {
 		return &fs.PathError{Op: "rmdir", Path: dir, Err: syscall.EBUSY}
 	}
 	return os.RemoveAll(dir)
+}
+
+func (k *fakeKernel) Setxattr(path, attr string, value []byte) error {
+	if _, err := os.Stat(path); err != nil {
+		return err
+	}
+	if k.xattrs == nil {
+		k.xattrs = map[string]string{}
+	}
+	k.xattrs[k.rel(path)+" "+attr] = string(value)
+	k.log = append(k.log, fmt.Sprintf("setxattr %s %s", k.rel(path), attr))
+	return nil
+}
+
+func (k *fakeKernel) Removexattr(path, attr string) error {
+	if _, ok := k.xattrs[k.rel(path)+" "+attr]; !ok {
+		return syscall.ENODATA
+	}
+	delete(k.xattrs, k.rel(path)+" "+attr)
+	k.log = append(k.log, fmt.Sprintf("removexattr %s %s", k.rel(path), attr))
+	return nil
+}
+
+func (k *fakeKernel) Getxattr(path, attr string) ([]byte, error) {
+	v, ok := k.xattrs[k.rel(path)+" "+attr]
+	if !ok {
+		return nil, syscall.ENODATA
+	}
+	return []byte(v), nil
 }
 
 func (k *fakeKernel) WriteFile(file, data string) error {

@@ -33,6 +33,10 @@ type fileOps interface {
 	Mkdir(dir string) error
 	Rmdir(dir string) error
 	WriteFile(file, data string) error
+	// Extended attributes of a directory (marks: mark_linux.go).
+	Setxattr(path, attr string, value []byte) error
+	Removexattr(path, attr string) error
+	Getxattr(path, attr string) ([]byte, error)
 }
 
 // kernelFS is the real cgroup file system.
@@ -45,6 +49,21 @@ func (kernelFS) Rmdir(dir string) error {
 		return &fs.PathError{Op: "rmdir", Path: dir, Err: err}
 	}
 	return nil
+}
+
+func (kernelFS) Setxattr(path, attr string, value []byte) error {
+	return unix.Setxattr(path, attr, value, 0)
+}
+
+func (kernelFS) Removexattr(path, attr string) error { return unix.Removexattr(path, attr) }
+
+func (kernelFS) Getxattr(path, attr string) ([]byte, error) {
+	buf := make([]byte, 64)
+	n, err := unix.Getxattr(path, attr, buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
 }
 
 func (kernelFS) WriteFile(file, data string) error {

@@ -61,3 +61,9 @@ func (*Manager) Reclaim(context.Context, string) error { return errors.ErrUnsupp
 
 // Memory reports errors.ErrUnsupported.
 func (*Manager) Memory(string) (Memory, error) { return Memory{}, errors.ErrUnsupported }
+
+// SetMark reports errors.ErrUnsupported.
+func (*Manager) SetMark(string, string, bool) error { return errors.ErrUnsupported }
+
+// HasMark reports errors.ErrUnsupported.
+func (*Manager) HasMark(string, string) (bool, error) { return false, errors.ErrUnsupported }

@@ -167,8 +167,8 @@ type SandboxInfo struct {
 	Network json.RawMessage `json:"network,omitempty"`
 	// Paused: its processes are stopped by a pause until a resume
 	// (protocol 6). A restarted keeper keeps a paused sandbox paused: the
-	// record of it is the file "paused" in the sandbox's directory, not
-	// this field of keeper.json (pause_linux.go).
+	// record of it is not this field of keeper.json but the driver's (a
+	// mark of a container's cgroup; pause_linux.go).
 	Paused bool `json:"paused,omitempty"`
 }
 

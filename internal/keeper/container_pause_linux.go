@@ -101,6 +101,28 @@ func (c *containerDriver) allowSwap(b *box, allow bool) error {
 	return c.cg.AllowSwap(b.snapshot().slot(), allow)
 }
 
+// pausedMark is the cgroup mark (cgroup.Manager.SetMark) that records a
+// sandbox paused: an extended attribute of its group, which lives in the
+// kernel as long as the sandbox. A file in the sandbox's directory did the
+// same but waited on the file system's journal: up to 27 ms under the swap
+// writes of other pauses; rewriting keeper.json costs 2-3 ms always (ext4
+// writes a renamed-over file's data out at the rename).
+const pausedMark = "paused"
+
+// setPaused implements pauser.
+func (c *containerDriver) setPaused(b *box, paused bool) error {
+	return c.cg.SetMark(b.snapshot().slot(), pausedMark, paused)
+}
+
+// recordedPaused implements pauser.
+func (c *containerDriver) recordedPaused(info SandboxInfo) bool {
+	on, err := c.cg.HasMark(info.slot(), pausedMark)
+	if err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+		c.log.Warn("read whether a sandbox is paused", "sandbox", info.ID, "err", err)
+	}
+	return on
+}
+
 // memory implements pauser.
 func (c *containerDriver) memory(b *box) (PauseInfo, error) {
 	m, err := c.cg.Memory(b.snapshot().slot())

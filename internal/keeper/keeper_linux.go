@@ -281,9 +281,10 @@ func (k *Keeper) adopt() {
 			k.log.Error("not adopting a sandbox of an unknown driver: delete it with the dsec that made it", "id", info.ID, "err", err)
 			continue
 		}
-		// The marker says whether it is paused, whatever a rewrite of the
-		// record in between said (pause_linux.go).
-		info.Paused = recordedPaused(k.l.SandboxDir(info.ID))
+		// The driver's record says whether it is paused, not keeper.json
+		// (pause_linux.go).
+		p, canPause := d.(pauser)
+		info.Paused = canPause && p.recordedPaused(info)
 		bx := k.newBox(info)
 		bx.info.Adopted, bx.info.Driver = true, d.Name()
 		d.Adopt(bx)
@@ -291,7 +292,7 @@ func (k *Keeper) adopt() {
 			k.exited(bx, "the sandbox's init ended while no keeper ran")
 		} else {
 			go k.watchAdopted(bx)
-			if p, ok := d.(pauser); ok && info.Paused {
+			if info.Paused {
 				// Its memory goes on moving out where the last keeper
 				// stopped (or comes out again after a swapoff).
 				bx.pausedSince = time.Now()

@@ -2,11 +2,7 @@ package keeper
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -18,7 +14,8 @@ import (
 
 // Pause and resume (protocol 6; docs/pause.md).
 //
-// A pause records the sandbox paused (keeper.json), then has the driver
+// A pause records the sandbox paused (the driver's record: for containers
+// a mark of its cgroup, in the kernel), then has the driver
 // stop its processes (the container driver freezes its cgroup), and
 // replies: that is the pause's latency. The memory then moves out of RAM
 // in the background (memMove), a few sandboxes at a time, until it is out
@@ -56,6 +53,10 @@ type pauser interface {
 	allowSwap(b *box, allow bool) error
 	// memory reports where b's memory is (Resident, Swapped, Locked).
 	memory(b *box) (PauseInfo, error)
+	// setPaused records b paused, or running, where a restarted keeper
+	// finds it; recordedPaused reads that record of the sandbox of info.
+	setPaused(b *box, paused bool) error
+	recordedPaused(info SandboxInfo) bool
 }
 
 // memMove is one background move of a sandbox's memory.
@@ -144,7 +145,7 @@ func (k *Keeper) pauseLocked(b *box, p pauser) (start func(), err error) {
 	tm := newPhases("pause")
 	defer func() { k.log.Debug("pause phases", "sandbox", info.ID, "ms", tm.String()) }()
 	k.stopMove(b) // the read-back of the last resume
-	if err := k.recordPaused(b, true); err != nil {
+	if err := k.recordPaused(b, p, true); err != nil {
 		return nil, err
 	}
 	tm.mark("record")
@@ -156,7 +157,7 @@ func (k *Keeper) pauseLocked(b *box, p pauser) (start func(), err error) {
 		if terr := p.thaw(context.Background(), b); terr != nil {
 			k.log.Warn("thaw a sandbox whose pause failed", "sandbox", info.ID, "err", terr)
 		}
-		if rerr := k.recordPaused(b, false); rerr != nil {
+		if rerr := k.recordPaused(b, p, false); rerr != nil {
 			k.log.Warn("record a failed pause", "sandbox", info.ID, "err", rerr)
 		}
 		if errdefs.Is(err, errdefs.ErrDeadlineExceeded) || fctx.Err() != nil {
@@ -240,7 +241,7 @@ func (k *Keeper) resumeLocked(b *box, p pauser) error {
 	b.pausedSince = time.Time{}
 	b.moveWarning = ""
 	b.mu.Unlock()
-	if err := k.recordPaused(b, false); err != nil {
+	if err := k.recordPaused(b, p, false); err != nil {
 		// It runs; a restarted keeper would freeze it again (the record
 		// says paused) until the next resume: said, not hidden.
 		return fmt.Errorf("resume sandbox %s: it runs, but recording that failed: %w", info.ID, err)
@@ -277,41 +278,16 @@ func (k *Keeper) pauseInfo(b *box, p pauser) (PauseInfo, error) {
 	return info, nil
 }
 
-// pausedMarker is the file in a sandbox's directory whose existence says
-// the sandbox is paused. It is not a field of keeper.json: rewriting that
-// (a new file renamed over the old) makes ext4 write the new file's data
-// out at the rename, 2-3 ms on the pause's path, where making or removing
-// an empty file costs tens of microseconds and is as atomic.
-const pausedMarker = "paused"
-
-// recordPaused records b paused (its marker made) or running (removed).
-func (k *Keeper) recordPaused(b *box, paused bool) error {
-	b.mu.Lock()
-	id := b.info.ID
-	b.mu.Unlock()
-	path := filepath.Join(k.l.SandboxDir(id), pausedMarker)
-	var err error
-	if paused {
-		var f *os.File
-		if f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
-			err = f.Close()
-		}
-	} else if err = os.Remove(path); errors.Is(err, fs.ErrNotExist) {
-		err = nil
-	}
-	if err != nil {
-		return fmt.Errorf("record sandbox %s paused=%v: %w", id, paused, err)
+// recordPaused records b paused or running where a restarted keeper
+// finds it (the driver's setPaused), and in b.
+func (k *Keeper) recordPaused(b *box, p pauser, paused bool) error {
+	if err := p.setPaused(b, paused); err != nil {
+		return fmt.Errorf("record sandbox %s paused=%v: %w", b.snapshot().ID, paused, err)
 	}
 	b.mu.Lock()
 	b.info.Paused = paused
 	b.mu.Unlock()
 	return nil
-}
-
-// recordedPaused reports whether the sandbox of dir is recorded paused.
-func recordedPaused(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, pausedMarker))
-	return err == nil
 }
 
 // prepareMove makes b's move of its memory, out of RAM (in one of
