@@ -9,7 +9,7 @@ TAGS    := netgo,osusergo
 # are modules of their own; the server's go.mod points at them with replace.
 MODULES := api sdk/go
 
-.PHONY: help build test test-modules test-root test-all lint fmt gen check-gen fresh-build bench density net-leak bench-fusion bench-pack bench-layers bench-lazy bench-cli bench-network clean
+.PHONY: help build test test-modules test-root test-all lint fmt gen check-gen fresh-build bench density net-leak bench-fusion bench-pack bench-layers bench-lazy bench-cli bench-network bench-pause clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -106,6 +106,12 @@ NETWORK_FLAGS ?=
 bench-network: build ## issue 14 (root): create with/without network, 1 GiB through the proxy vs direct, connection rates: JSON, table, targets
 	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -ldflags '-linkmode external -extldflags -static' -o bin/bench-network ./bench/network
 	DSEC_BIN=$(CURDIR)/bin/dsec bin/bench-network -json bin/bench-network.json $(NETWORK_FLAGS)
+
+# Extra flags of bench-pause, e.g. make bench-pause PAUSE_FLAGS='-sizes 64,256 -n 1 -many 100 -mechs='.
+PAUSE_FLAGS ?=
+
+bench-pause: build ## issue 15 (root): pause/resume of 64-1,024 MiB sandboxes vs raw freeze, thaw and swap, 500 at once, mechanisms compared: JSON, table, targets
+	DSEC_BIN=$(CURDIR)/bin/dsec $(GO) run ./bench/pause -json bin/bench-pause.json $(PAUSE_FLAGS)
 
 .PHONY: lazyspike
 LAZYSPIKE_FLAGS ?=

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsecproject/dsec/internal/keeper"
+	"github.com/dsecproject/dsec/internal/swap"
 	"github.com/dsecproject/dsec/internal/uplock"
 )
 
@@ -27,7 +28,9 @@ func newDownCmd(g *globalFlags) *cobra.Command {
 		Short: verbShort("down"),
 		Long: `Stop the "dsec up" of this state directory (--state-dir) and wait until it has
 exited, as Ctrl-C or SIGTERM to it would: the platform stops, the sandboxes keep
-running under the node keeper, and the next "dsec up" finds them again.
+running under the node keeper, and the next "dsec up" finds them again. The swap
+file of "dsec up --swap" is turned off and removed (paused sandboxes stay paused,
+their memory back in RAM).
 
 With --all it also deletes every sandbox (their files are lost) and stops the
 node keeper. It asks first; -y/--yes skips the question, and without a terminal
@@ -63,7 +66,15 @@ within --timeout.`,
 					return err
 				}
 				fmt.Fprintf(out, "stopped dsec up (pid %d)\n", rec.Pid)
-			} else if !all {
+			}
+			// dsec up turns its swap file off as it stops; one it left
+			// on (it was killed, or its swapoff failed) goes here.
+			if sw, err := swap.Disable(stateDir, nil); err != nil {
+				return fmt.Errorf("turn off dsec's swap file %s: %w", sw.Path, err)
+			} else if sw.Path != "" {
+				fmt.Fprintf(out, "turned off and removed the swap file %s\n", sw.Path)
+			}
+			if !running && !all {
 				fmt.Fprintf(out, "dsec is not running (state dir %s)\n", stateDir)
 				return nil
 			}

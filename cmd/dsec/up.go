@@ -23,6 +23,7 @@ import (
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/sandbox"
 	"github.com/dsecproject/dsec/internal/server"
+	"github.com/dsecproject/dsec/internal/swap"
 	"github.com/dsecproject/dsec/internal/uplock"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
 )
@@ -51,6 +52,7 @@ func newUpCmd(g *globalFlags) *cobra.Command {
 		maxRequestSize                  string
 		metricsPerSandbox               bool
 		portsListen, portsDomain        string
+		swapFlag                        string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -141,6 +143,10 @@ http://PORT-ID.<--ports-domain>/ for browsers (dsec port ID PORT --browser).`,
 			if err != nil {
 				return err
 			}
+			swapSpec, err := parseSwap(swapFlag)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return server.Run(ctx, server.Config{
@@ -158,6 +164,7 @@ http://PORT-ID.<--ports-domain>/ for browsers (dsec port ID PORT --browser).`,
 				Defaults:         sandbox.ContractDefaults,
 				MemoryOvercommit: overcommit, MemoryReserve: res,
 				MaxRequestBytes: maxReq, MetricsPerSandbox: metricsPerSandbox, Ports: server.PortsConfig{Listen: portsListen, Domain: portsDomain},
+				Swap:    swapSpec,
 				Version: buildVersion(), Logger: log,
 			})
 		},
@@ -193,6 +200,7 @@ http://PORT-ID.<--ports-domain>/ for browsers (dsec port ID PORT --browser).`,
 	f.BoolVar(&metricsPerSandbox, "metrics-per-sandbox", false, "also export series per sandbox ID (CPU, memory and their limits; network counters) at /metrics; without it /metrics, which needs no key on loopback, shows only aggregates by project, backend and state")
 	f.StringVar(&portsListen, "ports-listen", server.DefaultPortsListen, "address of the ports proxy (host:port), the only way into sandboxes' listening ports: /ID/PORT/... with an API key, http://PORT-ID.<--ports-domain>/ for browsers (see docs/network.md); empty turns it off")
 	f.StringVar(&portsDomain, "ports-domain", "localhost", "domain of the ports proxy's host form PORT-ID.DOMAIN (point *.DOMAIN at the proxy; subdomains of localhost resolve to loopback in browsers)")
+	f.StringVar(&swapFlag, "swap", "", "a swap file of dsec's own, FILE:SIZE (e.g. /var/lib/dsec-swap:8G), where paused sandboxes' memory goes: made (without holes) and turned on at start, turned off and removed when dsec up stops (dsec down) or by dsec purge, and after a crash by the next dsec up; the host's vm.swappiness is left as it is, and running sandboxes never swap. FILE must not exist and must be on ext4 or xfs. Without it pause only stops sandboxes: their memory stays in RAM")
 	f.StringVar(&chunkSize, "chunk-size", "1M", "size of the chunks lazy layers are fetched, verified and cached in: the chunk digests of layers stored with --lazy-layers, and this node's chunk cache (a power of two, 4K-64M; a node refuses layers stored with another size)")
 	return cmd
 }
@@ -340,6 +348,31 @@ func newKeeperCmd(g *globalFlags) *cobra.Command {
 	f.Uint32Var(&uidCount, "uid-count", rootfs.Default.Size, "ids per sandbox")
 	f.IntVar(&uidRanges, "uid-ranges", 0, "sandboxes' id ranges (0: the default)")
 	return cmd
+}
+
+// parseSwap reads --swap FILE:SIZE (the last colon splits them); FILE is
+// made absolute. Empty: no swap file.
+func parseSwap(v string) (swap.Spec, error) {
+	if v == "" {
+		return swap.Spec{}, nil
+	}
+	i := strings.LastIndexByte(v, ':')
+	if i <= 0 || i == len(v)-1 {
+		return swap.Spec{}, usageErrorf("--swap %q: want FILE:SIZE, such as /var/lib/dsec-swap:8G", v)
+	}
+	size, err := dsec.ParseSize(v[i+1:])
+	if err != nil {
+		return swap.Spec{}, usageErrorf("--swap %q: size: %v", v, err)
+	}
+	path, err := filepath.Abs(v[:i])
+	if err != nil {
+		return swap.Spec{}, usageErrorf("--swap %q: %v", v, err)
+	}
+	spec := swap.Spec{Path: path, Size: size}
+	if err := spec.Validate(); err != nil {
+		return swap.Spec{}, usageErrorf("--swap: %v", err)
+	}
+	return spec, nil
 }
 
 // loadNetworkConfig checks dsec up's --network-config file, makes *path

@@ -90,6 +90,21 @@ type Stats struct {
 	OOMKills    int64         // processes killed by the OOM killer
 }
 
+// Memory is where a group's memory is. Fields a host does not report are 0.
+type Memory struct {
+	// Resident is the memory charged to the group in RAM: anonymous
+	// memory, page cache and swap cache, kernel memory (v1
+	// memory.usage_in_bytes, cgroup2 memory.current).
+	Resident int64
+	// Swapped is the group's memory in swap (v1 memory.stat total_swap,
+	// cgroup2 memory.swap.current).
+	Swapped int64
+	// Anon is anonymous memory in RAM; File page cache; Unevictable what
+	// no reclaim can move (mlocked pages); Writeback what is being
+	// written out now.
+	Anon, File, Unevictable, Writeback int64
+}
+
 const (
 	// cpuPeriod is the CFS period, in microseconds, of every CPU limit.
 	cpuPeriod = 100000

@@ -28,6 +28,8 @@ type fakeKernel struct {
 	failWrite, busyWrite string
 	// log is "mkdir <dir>" and "write <file> <data>", paths relative to base.
 	log []string
+	// xattrs are the extended attributes set, by path and name.
+	xattrs map[string]string
 }
 
 // fakeOptions shape a fake host.
@@ -130,9 +132,12 @@ func (k *fakeKernel) Mkdir(dir string) error {
 			case "memory":
 				files["memory.max"] = "max\n"
 				files["memory.current"] = "0\n"
+				files["memory.reclaim"] = ""
+				files["memory.stat"] = "anon 0\nfile 0\n"
 				files["memory.events"] = "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n"
 				if k.swap {
 					files["memory.swap.max"] = "max\n"
+					files["memory.swap.current"] = "0\n"
 				}
 			case "cpu":
 				files["cpu.max"] = "max 100000\n"
@@ -156,6 +161,9 @@ func (k *fakeKernel) Mkdir(dir string) error {
 			files["memory.limit_in_bytes"] = "9223372036854771712\n"
 			files["memory.usage_in_bytes"] = "0\n"
 			files["memory.oom_control"] = "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"
+			files["memory.swappiness"] = "60\n"
+			files["memory.force_empty"] = ""
+			files["memory.stat"] = "cache 0\nrss 0\ntotal_cache 0\ntotal_rss 0\ntotal_swap 0\n"
 			if k.memsw {
 				files["memory.memsw.limit_in_bytes"] = "9223372036854771712\n"
 			}
@@ -184,6 +192,35 @@ func (k *fakeKernel) Rmdir(dir string) error {
 		return &fs.PathError{Op: "rmdir", Path: dir, Err: syscall.EBUSY}
 	}
 	return os.RemoveAll(dir)
+}
+
+func (k *fakeKernel) Setxattr(path, attr string, value []byte) error {
+	if _, err := os.Stat(path); err != nil {
+		return err
+	}
+	if k.xattrs == nil {
+		k.xattrs = map[string]string{}
+	}
+	k.xattrs[k.rel(path)+" "+attr] = string(value)
+	k.log = append(k.log, fmt.Sprintf("setxattr %s %s", k.rel(path), attr))
+	return nil
+}
+
+func (k *fakeKernel) Removexattr(path, attr string) error {
+	if _, ok := k.xattrs[k.rel(path)+" "+attr]; !ok {
+		return syscall.ENODATA
+	}
+	delete(k.xattrs, k.rel(path)+" "+attr)
+	k.log = append(k.log, fmt.Sprintf("removexattr %s %s", k.rel(path), attr))
+	return nil
+}
+
+func (k *fakeKernel) Getxattr(path, attr string) ([]byte, error) {
+	v, ok := k.xattrs[k.rel(path)+" "+attr]
+	if !ok {
+		return nil, syscall.ENODATA
+	}
+	return []byte(v), nil
 }
 
 func (k *fakeKernel) WriteFile(file, data string) error {

@@ -1,10 +1,13 @@
 package cgroup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -198,10 +201,7 @@ func (m *Manager) freeze(ctx context.Context, name string, frozen bool) error {
 	if err := m.setFrozen(f, frozen); err != nil {
 		return fmt.Errorf("%s cgroup %s: %w", op, name, err)
 	}
-	err := poll(ctx, func() (bool, error) {
-		is, err := isFrozen(f)
-		return is == frozen, err
-	})
+	err := waitFrozen(ctx, f, frozen)
 	if err == nil {
 		return nil
 	}
@@ -210,4 +210,54 @@ func (m *Manager) freeze(ctx context.Context, name string, frozen bool) error {
 		err = errors.Join(err, m.setFrozen(f, false))
 	}
 	return err
+}
+
+// waitFrozen waits until the group is frozen (or thawed). cgroup2 says so
+// in cgroup.events, which wakes a poll(2) for POLLPRI when it changes: the
+// wait ends as the kernel's change does, which polling with sleeps would
+// miss by up to its sleep (a freeze takes from tens of microseconds to a
+// few milliseconds, as the group's tasks get a CPU to stop on; a Go sleep
+// of 20 µs on a busy node is often a millisecond). v1's freezer.state is
+// polled.
+func waitFrozen(ctx context.Context, f freezer, frozen bool) error {
+	done := func() (bool, error) {
+		is, err := isFrozen(f)
+		return is == frozen, err
+	}
+	if !f.v2 {
+		return pollFrom(ctx, 20*time.Microsecond, done)
+	}
+	ev, err := os.Open(filepath.Join(f.dir, "cgroup.events"))
+	if err != nil {
+		return classify(err)
+	}
+	defer ev.Close()
+	want := []byte("frozen 0")
+	if frozen {
+		want = []byte("frozen 1")
+	}
+	buf := make([]byte, 256)
+	wait := 20 * time.Microsecond
+	for {
+		n, err := ev.ReadAt(buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return classify(err)
+		}
+		if bytes.Contains(buf[:n], want) {
+			return nil
+		}
+		// A change since the read above wakes the poll at once; the
+		// kernel sends at most one such wake-up per file every 10 ms
+		// (cgroup_file_notify), so the poll also times out, after 20 µs
+		// and then twice as long each time, up to 2 ms.
+		fds := []unix.PollFd{{Fd: int32(ev.Fd()), Events: unix.POLLPRI}}
+		ts := unix.NsecToTimespec(int64(wait))
+		if _, err := unix.Ppoll(fds, &ts, nil); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("poll %s: %w", ev.Name(), err)
+		}
+		wait = min(2*wait, 2*time.Millisecond)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }

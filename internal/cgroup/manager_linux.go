@@ -33,6 +33,10 @@ type fileOps interface {
 	Mkdir(dir string) error
 	Rmdir(dir string) error
 	WriteFile(file, data string) error
+	// Extended attributes of a directory (marks: mark_linux.go).
+	Setxattr(path, attr string, value []byte) error
+	Removexattr(path, attr string) error
+	Getxattr(path, attr string) ([]byte, error)
 }
 
 // kernelFS is the real cgroup file system.
@@ -45,6 +49,21 @@ func (kernelFS) Rmdir(dir string) error {
 		return &fs.PathError{Op: "rmdir", Path: dir, Err: err}
 	}
 	return nil
+}
+
+func (kernelFS) Setxattr(path, attr string, value []byte) error {
+	return unix.Setxattr(path, attr, value, 0)
+}
+
+func (kernelFS) Removexattr(path, attr string) error { return unix.Removexattr(path, attr) }
+
+func (kernelFS) Getxattr(path, attr string) ([]byte, error) {
+	buf := make([]byte, 64)
+	n, err := unix.Getxattr(path, attr, buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
 }
 
 func (kernelFS) WriteFile(file, data string) error {
@@ -488,10 +507,15 @@ func readKey(file, key string) (int64, error) {
 // poll calls done until it reports true or fails, or ctx ends, sleeping
 // from 1ms up to 20ms between calls.
 func poll(ctx context.Context, done func() (bool, error)) error {
+	return pollFrom(ctx, time.Millisecond, done)
+}
+
+// pollFrom is poll with a first sleep of first.
+func pollFrom(ctx context.Context, first time.Duration, done func() (bool, error)) error {
 	const maxDelay = 20 * time.Millisecond
 	t := time.NewTimer(0)
 	defer t.Stop()
-	for delay := time.Millisecond; ; delay = min(2*delay, maxDelay) {
+	for delay := first; ; delay = min(2*delay, maxDelay) {
 		ok, err := done()
 		if err != nil || ok {
 			return err

@@ -58,6 +58,7 @@ func TestCreateWrites(t *testing.T) {
 		want: cat(v1ParentLog, v1GroupLog, []string{
 			"write memory/dsec/sb/memory.limit_in_bytes 67108864",
 			"write memory/dsec/sb/memory.memsw.limit_in_bytes 67108864",
+			"write memory/dsec/sb/memory.swappiness 0",
 			"write cpu,cpuacct/dsec/sb/cpu.cfs_period_us 100000",
 			"write cpu,cpuacct/dsec/sb/cpu.cfs_quota_us 150000",
 			"write pids/dsec/sb/pids.max 100",
@@ -68,11 +69,12 @@ func TestCreateWrites(t *testing.T) {
 		r:    Resources{MemoryBytes: 1 << 30},
 		want: cat(v1ParentLog, v1GroupLog, []string{
 			"write memory/dsec/sb/memory.limit_in_bytes 1073741824",
+			"write memory/dsec/sb/memory.swappiness 0",
 		}),
 	}, {
-		name: "v1 no limits",
+		name: "v1 no limits: still no swap of its own",
 		o:    fakeOptions{mode: V1},
-		want: cat(v1ParentLog, v1GroupLog),
+		want: cat(v1ParentLog, v1GroupLog, []string{"write memory/dsec/sb/memory.swappiness 0"}),
 	}, {
 		name: "v1 tiny cpu share is the kernel's minimum quota",
 		o:    fakeOptions{mode: V1, v1: []string{"cpu"}},
@@ -90,6 +92,7 @@ func TestCreateWrites(t *testing.T) {
 		want: cat([]string{"mkdir unified/dsec"}, v1ParentLog, []string{"mkdir unified/dsec/sb"}, v1GroupLog, []string{
 			"write memory/dsec/sb/memory.limit_in_bytes 67108864",
 			"write memory/dsec/sb/memory.memsw.limit_in_bytes 67108864",
+			"write memory/dsec/sb/memory.swappiness 0",
 			"write cpu,cpuacct/dsec/sb/cpu.cfs_period_us 100000",
 			"write cpu,cpuacct/dsec/sb/cpu.cfs_quota_us 150000",
 			"write pids/dsec/sb/pids.max 100",

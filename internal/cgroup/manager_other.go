@@ -52,3 +52,18 @@ func (*Manager) Ceiling() (Stats, error) { return Stats{}, errors.ErrUnsupported
 
 // Procs reports errors.ErrUnsupported.
 func (*Manager) Procs(string) ([]int, error) { return nil, errors.ErrUnsupported }
+
+// AllowSwap reports errors.ErrUnsupported.
+func (*Manager) AllowSwap(string, bool) error { return errors.ErrUnsupported }
+
+// Reclaim reports errors.ErrUnsupported.
+func (*Manager) Reclaim(context.Context, string) error { return errors.ErrUnsupported }
+
+// Memory reports errors.ErrUnsupported.
+func (*Manager) Memory(string) (Memory, error) { return Memory{}, errors.ErrUnsupported }
+
+// SetMark reports errors.ErrUnsupported.
+func (*Manager) SetMark(string, string, bool) error { return errors.ErrUnsupported }
+
+// HasMark reports errors.ErrUnsupported.
+func (*Manager) HasMark(string, string) (bool, error) { return false, errors.ErrUnsupported }

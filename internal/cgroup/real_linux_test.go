@@ -44,6 +44,20 @@ func TestMain(m *testing.M) {
 			_ = c.Start() // fails at the pids limit
 			time.Sleep(2 * time.Millisecond)
 		}
+	case "hold":
+		// Touches $DSEC_CGROUP_TEST_MIB MiB once a byte comes on stdin,
+		// writes "ready" and sleeps.
+		mib, _ := strconv.Atoi(os.Getenv("DSEC_CGROUP_TEST_MIB"))
+		if _, err := io.ReadFull(os.Stdin, make([]byte, 1)); err != nil {
+			os.Exit(2)
+		}
+		b := make([]byte, mib<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = byte(i >> 12)
+		}
+		os.Stdout.WriteString("ready\n")
+		time.Sleep(time.Hour)
+		os.Exit(int(b[4096]))
 	case "alloc":
 		if _, err := io.ReadFull(os.Stdin, make([]byte, 1)); err != nil {
 			os.Exit(2)
@@ -106,10 +120,11 @@ func newReal(t *testing.T) *Manager {
 
 // child is a process a test started and reaps.
 type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	done  chan struct{}
-	err   error // of Wait, once done is closed
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	done   chan struct{}
+	err    error // of Wait, once done is closed
 }
 
 // start runs argv (the test binary itself when argv is empty, as the child
@@ -124,6 +139,9 @@ func start(t *testing.T, mode string, argv ...string) *child {
 	c.cmd.Env = append(os.Environ(), childEnv+"="+mode)
 	var err error
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if c.stdout, err = c.cmd.StdoutPipe(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.cmd.Start(); err != nil {

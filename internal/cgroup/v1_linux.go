@@ -57,6 +57,13 @@ func (m *Manager) setupV1(name string, r Resources) error {
 			w = append(w, write{f, v})
 		}
 	}
+	if d := m.v1Dir("memory", name); d != "" {
+		// A running sandbox's memory never goes to swap through its
+		// own reclaim (AllowSwap lifts this while it is paused).
+		if f := filepath.Join(d, "memory.swappiness"); exists(f) {
+			w = append(w, write{f, "0"})
+		}
+	}
 	if r.CPUs > 0 {
 		d := m.v1Dir("cpu", name)
 		w = append(w,

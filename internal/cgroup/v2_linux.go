@@ -55,11 +55,12 @@ func (m *Manager) setupV2(name string, r Resources) error {
 	var w []write
 	if r.MemoryBytes > 0 {
 		w = append(w, write{filepath.Join(d, "memory.max"), strconv.FormatInt(r.MemoryBytes, 10)})
-		// Without swap accounting the file is absent and there is no
-		// swap to limit.
-		if f := filepath.Join(d, "memory.swap.max"); exists(f) {
-			w = append(w, write{f, "0"})
-		}
+	}
+	// A running sandbox never swaps (AllowSwap lifts this while it is
+	// paused). Without swap accounting the file is absent and there is
+	// no swap to limit.
+	if f := filepath.Join(d, "memory.swap.max"); exists(f) {
+		w = append(w, write{f, "0"})
 	}
 	if r.CPUs > 0 {
 		w = append(w, write{filepath.Join(d, "cpu.max"), fmt.Sprintf("%d %d", cpuQuota(r.CPUs), cpuPeriod)})

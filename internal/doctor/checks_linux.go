@@ -21,6 +21,7 @@ import (
 	"github.com/dsecproject/dsec/internal/keeper"
 	"github.com/dsecproject/dsec/internal/nsexec"
 	"github.com/dsecproject/dsec/internal/rootfs"
+	"github.com/dsecproject/dsec/internal/swap"
 )
 
 // Checks returns the checks of this platform, in the order they are
@@ -718,17 +719,35 @@ func memoryResult(total, avail uint64) Result {
 	return okf("%s", what)
 }
 
-func checkSwap(context.Context, Env) Result {
+func checkSwap(_ context.Context, env Env) Result {
 	m, err := readMeminfo()
 	if err != nil {
 		return warnf("", "read /proc/meminfo: %v", err)
 	}
-	return swapResult(m["SwapTotal"], m["SwapFree"])
+	st, err := swap.Current(env.StateDir)
+	if err != nil {
+		return warnf("remove "+swap.RecordPath(env.StateDir)+" once the swap file it names is off", "%v", err)
+	}
+	return swapFileResult(swapResult(m["SwapTotal"], m["SwapFree"]), st)
 }
 
 func swapResult(total, free uint64) Result {
 	if total == 0 {
-		return okf("none: idle sandboxes' memory stays resident")
+		return okf("none: paused sandboxes' memory stays resident (dsec up --swap FILE:SIZE gives dsec a swap file)")
 	}
-	return okf("%s, %s free: memory of idle sandboxes can be pushed out", formatBytes(total), formatBytes(free))
+	return okf("%s, %s free: memory of paused sandboxes can be pushed out", formatBytes(total), formatBytes(free))
+}
+
+// swapFileResult adds to r what the state dir records of dsec's own swap
+// file (dsec up --swap).
+func swapFileResult(r Result, st swap.Status) Result {
+	switch {
+	case st.Record.Path == "":
+		return r
+	case st.Active:
+		r.Detail += fmt.Sprintf("; dsec's swap file %s (%s, %s used)", st.Record.Path, formatBytes(uint64(st.Record.Size)), formatBytes(uint64(st.Used)))
+		return r
+	}
+	return warnf("the next dsec up, dsec down or dsec purge removes it",
+		"%s; dsec's swap file %s is recorded but off (a dsec up that ended without turning it off)", r.Detail, st.Record.Path)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsecproject/dsec/internal/cgroup"
 	"github.com/dsecproject/dsec/internal/rootfs"
+	"github.com/dsecproject/dsec/internal/swap"
 )
 
 // want is what a test expects of a Result: its status, and words its
@@ -188,6 +189,11 @@ func TestLimitResults(t *testing.T) {
 		{"memoryResult(1G)", memoryResult(1<<30, 1<<29), want{Warn, "few sandboxes fit", "more memory"}},
 		{"swapResult(0)", swapResult(0, 0), want{OK, "none", ""}},
 		{"swapResult(8G)", swapResult(8<<30, 4<<30), want{OK, "8.0 GiB, 4.0 GiB free", ""}},
+		{"swapFileResult(none)", swapFileResult(swapResult(0, 0), swap.Status{}), want{OK, "none", ""}},
+		{"swapFileResult(on)", swapFileResult(swapResult(8<<30, 4<<30), swap.Status{Record: swap.Record{Path: "/var/swap", Size: 8 << 30}, Active: true, Used: 1 << 30}),
+			want{OK, "dsec's swap file /var/swap (8.0 GiB, 1.0 GiB used)", ""}},
+		{"swapFileResult(off)", swapFileResult(swapResult(0, 0), swap.Status{Record: swap.Record{Path: "/var/swap", Size: 8 << 30}}),
+			want{Warn, "recorded but off", "dsec purge"}},
 		{"diskResult(75G)", diskResult("/var/lib/dsec", "ext4", 75<<30), want{OK, "75.0 GiB free for /var/lib/dsec (ext4)", ""}},
 		{"diskResult(2G)", diskResult("/var/lib/dsec", "ext4", 2<<30), want{Warn, "under 10.0 GiB", "--state-dir"}},
 	} {

@@ -57,7 +57,10 @@ import (
 //	6: pause and resume of sandboxes (their endpoints, PauseInfo,
 //	   SandboxInfo.Paused) and exec step keys (ExecSpec.StepKey,
 //	   ExecInfo.StepKey). A client sends them only to a keeper of
-//	   protocol 6 or later.
+//	   protocol 6 or later. The endpoints: POST /v1/sandbox/pause?id=ID
+//	   and POST /v1/sandbox/resume?id=ID (with &wait=1: reply once the
+//	   memory has moved), GET /v1/sandbox/pause?id=ID (the state, no
+//	   change); Stats.SwappedBytes.
 const Protocol = 6
 
 // MinProtocol is the oldest client protocol a keeper of this package serves.
@@ -162,6 +165,31 @@ type SandboxInfo struct {
 	// when it has none: a restarted keeper enforces it again before the
 	// sandbox can send a packet.
 	Network json.RawMessage `json:"network,omitempty"`
+	// Paused: its processes are stopped by a pause until a resume
+	// (protocol 6). A restarted keeper keeps a paused sandbox paused: the
+	// record of it is not this field of keeper.json but the driver's (a
+	// mark of a container's cgroup; pause_linux.go).
+	Paused bool `json:"paused,omitempty"`
+}
+
+// PauseInfo is a sandbox's pause state and where its memory is (protocol
+// 6): the reply of POST and GET /v1/sandbox/pause and of POST
+// /v1/sandbox/resume.
+type PauseInfo struct {
+	Paused bool `json:"paused"`
+	// Resident is the sandbox's memory in RAM, Swapped its memory in the
+	// node's swap, in bytes.
+	Resident int64 `json:"resident"`
+	Swapped  int64 `json:"swapped"`
+	// Locked is the part of Resident no reclaim can move (pages the
+	// sandbox locked with mlock).
+	Locked int64 `json:"locked,omitempty"`
+	// Moving: the keeper still moves the memory, out of RAM after a pause
+	// or back after a resume.
+	Moving bool `json:"moving,omitempty"`
+	// Warning says why memory stayed in RAM after the last pause: no swap
+	// on the node, the swap full, locked pages.
+	Warning string `json:"warning,omitempty"`
 }
 
 // NSID names a namespace: the device and inode of its nsfs file.
@@ -376,6 +404,9 @@ type Stats struct {
 	DiskLimit   int64         `json:"disk_limit"`
 	OutputBytes int64         `json:"output_bytes"`
 	OutputLimit int64         `json:"output_limit"`
+	// SwappedBytes is the sandbox's memory in swap (protocol 6): a paused
+	// sandbox's, or what a resumed one has not used since.
+	SwappedBytes int64 `json:"swapped_bytes,omitempty"`
 }
 
 // NetworkRequest sets a sandbox's network (protocol 5): PUT

@@ -83,6 +83,41 @@ func (c *Client) Stats(ctx context.Context, id string) (Stats, error) {
 	return st, err
 }
 
+// Pause stops a sandbox's processes and starts moving its memory out of
+// RAM (protocol 6); with wait it replies once the memory has moved.
+// Pausing a paused sandbox changes nothing and reports it.
+func (c *Client) Pause(ctx context.Context, id string, wait bool) (PauseInfo, error) {
+	var info PauseInfo
+	err := c.call(ctx, http.MethodPost, "/v1/sandbox/pause", pauseQuery(id, wait), nil, &info)
+	return info, err
+}
+
+// Resume lets a paused sandbox's processes run again and reads back the
+// memory that was resident when it was paused (protocol 6); with wait it
+// replies once the reads are under way for all of it. Resuming a running
+// sandbox changes nothing and reports it.
+func (c *Client) Resume(ctx context.Context, id string, wait bool) (PauseInfo, error) {
+	var info PauseInfo
+	err := c.call(ctx, http.MethodPost, "/v1/sandbox/resume", pauseQuery(id, wait), nil, &info)
+	return info, err
+}
+
+// PauseState reports a sandbox's pause state and where its memory is,
+// changing nothing (protocol 6).
+func (c *Client) PauseState(ctx context.Context, id string) (PauseInfo, error) {
+	var info PauseInfo
+	err := c.call(ctx, http.MethodGet, "/v1/sandbox/pause", url.Values{"id": {id}}, nil, &info)
+	return info, err
+}
+
+func pauseQuery(id string, wait bool) url.Values {
+	q := url.Values{"id": {id}}
+	if wait {
+		q.Set("wait", "1")
+	}
+	return q
+}
+
 // StartExec starts a command in a sandbox.
 func (c *Client) StartExec(ctx context.Context, req ExecRequest) error {
 	return c.call(ctx, http.MethodPost, "/v1/exec/start", nil, req, nil)

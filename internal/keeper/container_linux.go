@@ -185,16 +185,33 @@ func (c *containerDriver) Start(ctx context.Context, b *box, req CreateRequest) 
 // Adopt implements Driver: the sandbox's id range is held again.
 func (c *containerDriver) Adopt(b *box) {
 	b.mu.Lock()
-	ids, slot, id := b.info.IDs(c.cfg.IDMap), b.info.slot(), b.info.ID
+	ids, slot, id, paused := b.info.IDs(c.cfg.IDMap), b.info.slot(), b.info.ID, b.info.Paused
 	b.mu.Unlock()
 	c.uids.hold(ids)
-	// Nothing freezes a sandbox across keepers: one found frozen was left
-	// so by a keeper that ended during a pack or a sealed exec (whose
-	// cgroup Sweep removes).
 	tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if paused {
+		// A paused sandbox stays paused across keepers, whatever state
+		// its group was left in (a keeper that ended between recording
+		// the pause and freezing, or between thawing and recording the
+		// resume): frozen, and allowed to swap.
+		if err := c.cg.Freeze(tctx, slot); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			c.log.Warn("freeze adopted paused sandbox", "sandbox", id, "err", err)
+		}
+		if err := c.cg.AllowSwap(slot, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			c.log.Warn("let adopted paused sandbox swap", "sandbox", id, "err", err)
+		}
+		return
+	}
+	// Nothing else freezes a sandbox across keepers: one found frozen was
+	// left so by a keeper that ended during a pack or a sealed exec (whose
+	// cgroup Sweep removes).
 	if err := c.cg.Thaw(tctx, slot); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		c.log.Warn("thaw adopted sandbox", "sandbox", id, "err", err)
+	}
+	// Made by a keeper that let running sandboxes swap: this one does not.
+	if err := c.cg.AllowSwap(slot, false); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		c.log.Warn("keep adopted sandbox from swapping", "sandbox", id, "err", err)
 	}
 }
 
@@ -292,6 +309,9 @@ func (c *containerDriver) Stats(b *box) (Stats, error) {
 		Pids: s.Pids, PidsLimit: s.PidsLimit, OOMKills: uint64(s.OOMKills),
 	}
 	st.DiskBytes, st.DiskLimit = c.diskUsage(info)
+	if m, err := c.cg.Memory(info.slot()); err == nil {
+		st.SwappedBytes = m.Swapped
+	}
 	return st, nil
 }
 

@@ -114,11 +114,18 @@ func devNulls() []uintptr {
 // default, served on its socket, and a client of it.
 func newFakeKeeper(t *testing.T, dir string) (*Keeper, *fakeDriver, *Client) {
 	t.Helper()
+	return newFakeKeeperWith(t, dir, func(f *fakeDriver) Driver { return f })
+}
+
+// newFakeKeeperWith is newFakeKeeper with the driver wrap makes of the
+// fake one.
+func newFakeKeeperWith(t *testing.T, dir string, wrap func(*fakeDriver) Driver) (*Keeper, *fakeDriver, *Client) {
+	t.Helper()
 	cfg := Config{StateDir: dir, Version: "test", Runtime: "/usr/bin/crun", OutputQuota: 1 << 20, OutputLimit: 1 << 20}
 	k := &Keeper{cfg: cfg, l: Layout{StateDir: dir}, log: discardLogger(), boxes: map[string]*box{}, events: newEventLog(), vault: newVault(), settings: cfg.Settings()}
 	k.reaper = newReaper()
 	f := &fakeDriver{k: k}
-	k.drivers, k.defaultDriver = map[string]Driver{"fake": f}, "fake"
+	k.drivers, k.defaultDriver = map[string]Driver{"fake": wrap(f)}, "fake"
 	if err := os.MkdirAll(k.l.SandboxesDir(), 0o711); err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +135,7 @@ func newFakeKeeper(t *testing.T, dir string) (*Keeper, *fakeDriver, *Client) {
 	c := NewClient(dir)
 	t.Cleanup(func() {
 		c.Close()
+		k.stopMoves()
 		for _, b := range k.allBoxes() {
 			if b.info.Pid > 0 {
 				_ = syscall.Kill(b.info.Pid, syscall.SIGKILL)

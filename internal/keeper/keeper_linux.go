@@ -42,6 +42,11 @@ type Keeper struct {
 	defaultDriver string
 	// net is the sandboxes' network (network_linux.go).
 	net netState
+	// moves are the background moves of paused and resumed sandboxes'
+	// memory (pause_linux.go); moveSlots bounds those out of RAM.
+	moves         sync.WaitGroup
+	moveSlotsOnce sync.Once
+	moveSlots     chan struct{}
 
 	mu sync.Mutex
 	// guarded by mu
@@ -172,6 +177,7 @@ func (k *Keeper) setup() error {
 }
 
 func (k *Keeper) teardown() {
+	k.stopMoves()
 	k.closeNetwork()
 	for _, d := range k.drivers {
 		d.Close()
@@ -275,6 +281,10 @@ func (k *Keeper) adopt() {
 			k.log.Error("not adopting a sandbox of an unknown driver: delete it with the dsec that made it", "id", info.ID, "err", err)
 			continue
 		}
+		// The driver's record says whether it is paused, not keeper.json
+		// (pause_linux.go).
+		p, canPause := d.(pauser)
+		info.Paused = canPause && p.recordedPaused(info)
 		bx := k.newBox(info)
 		bx.info.Adopted, bx.info.Driver = true, d.Name()
 		d.Adopt(bx)
@@ -282,6 +292,12 @@ func (k *Keeper) adopt() {
 			k.exited(bx, "the sandbox's init ended while no keeper ran")
 		} else {
 			go k.watchAdopted(bx)
+			if info.Paused {
+				// Its memory goes on moving out where the last keeper
+				// stopped (or comes out again after a swapoff).
+				bx.pausedSince = time.Now()
+				k.prepareMove(bx, p, true)()
+			}
 		}
 		k.boxes[info.ID] = bx
 		k.log.Info("adopted sandbox", "id", info.ID, "state", bx.info.State)

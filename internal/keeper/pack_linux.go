@@ -181,6 +181,8 @@ func packable(b *box) error {
 	case b.info.State != StateRunning:
 		return errdefs.Newf(errdefs.ErrFailedPrecondition,
 			"sandbox %s is %s, not running: only a running sandbox's writable layer can be packed", b.info.ID, b.info.State)
+	case b.info.Paused:
+		return pausedError(b.info.ID)
 	}
 	return nil
 }

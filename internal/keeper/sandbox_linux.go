@@ -39,6 +39,15 @@ type box struct {
 	watched  bool
 	// ct is the container driver's state of the sandbox.
 	ct containerBox
+	// mover moves the sandbox's memory in the background (out after a
+	// pause, back after a resume); nil when none runs. moveWarning is
+	// what the last move out said of memory left in RAM.
+	mover       *memMove
+	moveWarning string
+	// pausedSince is when the current pause began (zero while running);
+	// pausedTotal adds up the pauses before it (pause_linux.go).
+	pausedSince time.Time
+	pausedTotal time.Duration
 
 	exited     chan struct{} // closed when the init has ended
 	exitedOnce sync.Once
@@ -367,6 +376,7 @@ func (k *Keeper) delete(ctx context.Context, id string) error {
 	b.mu.Unlock()
 	b.op.Lock()
 	defer b.op.Unlock()
+	k.stopMove(b) // of a paused or resumed sandbox's memory
 	k.dropNetwork(id)
 	k.driverOf(b).Destroy(ctx, b)
 	k.vault.drop(id)

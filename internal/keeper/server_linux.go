@@ -64,6 +64,27 @@ func (k *Keeper) handler(stop func()) http.Handler {
 		st, err := k.stats(r.URL.Query().Get("id"))
 		reply(w, st, err)
 	})
+	mux.HandleFunc("POST /v1/sandbox/pause", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		info, start, err := k.pause(r.Context(), q.Get("id"), q.Get("wait") == "1")
+		reply(w, info, err)
+		if start != nil {
+			// The move out begins once the reply is on its way.
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+			start()
+		}
+	})
+	mux.HandleFunc("POST /v1/sandbox/resume", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		info, err := k.resume(r.Context(), q.Get("id"), q.Get("wait") == "1")
+		reply(w, info, err)
+	})
+	mux.HandleFunc("GET /v1/sandbox/pause", func(w http.ResponseWriter, r *http.Request) {
+		info, err := k.pauseState(r.URL.Query().Get("id"))
+		reply(w, info, err)
+	})
 	mux.HandleFunc("POST /v1/exec/start", func(w http.ResponseWriter, r *http.Request) {
 		var req ExecRequest
 		if err := decode(r, &req); err != nil {

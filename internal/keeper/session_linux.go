@@ -259,6 +259,8 @@ func (k *Keeper) startSessionExec(ctx context.Context, req ExecRequest) error {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %s is being deleted", req.Sandbox)
 	case info.State != StateRunning:
 		return errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s is %s (%s): create a new one", req.Sandbox, info.State, info.Reason)
+	case info.Paused:
+		return pausedError(req.Sandbox)
 	case dup:
 		return errdefs.Newf(errdefs.ErrAlreadyExists, "exec %s exists in sandbox %s", spec.ID, req.Sandbox)
 	}
@@ -468,9 +470,10 @@ func (k *Keeper) awaitSessionCmd(id string, spec ExecSpec, b *box, s *session, c
 	timedOut := false
 	var timer <-chan time.Time
 	if spec.Timeout > 0 {
-		t := time.NewTimer(spec.Timeout)
-		defer t.Stop()
-		timer = t.C
+		// Time the sandbox spends paused does not count.
+		c, stop := b.activeTimer(spec.Timeout)
+		defer stop()
+		timer = c
 	}
 	if !lost {
 		select {

@@ -76,9 +76,14 @@ var layers = []layer{
 		"internal/nsexec",
 		"internal/oci",
 		"internal/ociimport",
+		// Moving a process's memory out of RAM and back
+		// (process_madvise), for pause.
+		"internal/pageout",
 		"internal/rootfs",
 		"internal/sandboxfs",
 		"internal/seccomp",
+		// The node's swap file and its test helper.
+		"internal/swap/...",
 	}},
 	// The per-node supervisor and its drivers.
 	{"keeper", []string{"internal/keeper/..."}},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsecproject/dsec/internal/keeper"
 	"github.com/dsecproject/dsec/internal/netns"
+	"github.com/dsecproject/dsec/internal/swap"
 )
 
 // Run purges the node. It keeps going past errors and returns them joined.
@@ -90,8 +91,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := netns.Remove(keeper.Layout{StateDir: cfg.StateDir}.NetworkDir()); err != nil {
 		errs = append(errs, fmt.Errorf("remove the network router: %w", err))
 	}
-	// 4. Mounts under the state dir in this namespace, and loop devices
+	// 4. The swap file of dsec up --swap, once no sandbox's memory is in
+	// it; then mounts under the state dir in this namespace, and loop devices
 	// backed by its files.
+	if rec, err := swap.Disable(cfg.StateDir, nil); err != nil {
+		errs = append(errs, fmt.Errorf("turn off the swap file: %w", err))
+	} else if rec.Path != "" {
+		say("turned off and removed the swap file %s", rec.Path)
+	}
 	for _, m := range mountsUnder(cfg.StateDir) {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err == nil {
 			say("unmounted %s", m)

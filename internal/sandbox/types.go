@@ -250,6 +250,10 @@ type Stats struct {
 	OOMKills    int64
 	OutputBytes int64
 	OutputLimit int64
+	// SwappedBytes is the sandbox's memory in swap: a paused sandbox's,
+	// or what a resumed one has not used since (0 where the backend does
+	// not say).
+	SwappedBytes int64
 }
 
 // EventType says what happened to a sandbox, as a backend observes it.

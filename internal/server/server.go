@@ -40,6 +40,7 @@ import (
 	"github.com/dsecproject/dsec/internal/purge"
 	"github.com/dsecproject/dsec/internal/rootfs"
 	"github.com/dsecproject/dsec/internal/sandbox"
+	"github.com/dsecproject/dsec/internal/swap"
 	"github.com/dsecproject/dsec/internal/uplock"
 	"github.com/dsecproject/dsec/internal/watcher"
 )
@@ -111,6 +112,10 @@ type Config struct {
 	MetricsPerSandbox bool
 	// Ports configures the ports proxy (ports.go).
 	Ports PortsConfig
+	// Swap is the node's swap file, made and turned on at start and
+	// turned off and removed when Run returns (swap.go); zero: none (one
+	// a crash left on is turned off).
+	Swap swap.Spec
 }
 
 // DefaultStateDir is where `dsec up` keeps its state.
@@ -187,6 +192,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if portsLn != nil {
 		defer portsLn.Close()
 	}
+
+	// The swap file, once this process holds the state dir.
+	swapOff, err := setupSwap(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer swapOff()
 
 	// Tell `dsec purge` what this node uses.
 	rc := purge.RunConfig{CgroupParent: cfg.CgroupParent, UpPid: os.Getpid()}

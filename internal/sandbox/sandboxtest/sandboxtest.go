@@ -62,7 +62,7 @@ var sharedKernel = []sandbox.Tier{sandbox.TierProcess, sandbox.TierContainer}
 // Cases returns the conformance cases, each listed here once: no case
 // registers itself.
 func Cases() []Case {
-	return slices.Concat(lifecycleCases(), execCases(), fileCases())
+	return slices.Concat(lifecycleCases(), execCases(), fileCases(), pauseCases())
 }
 
 func lifecycleCases() []Case {

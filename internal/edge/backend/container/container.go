@@ -194,7 +194,7 @@ func (b *Backend) List(ctx context.Context) ([]sandbox.Status, error) {
 }
 
 func status(info keeper.SandboxInfo) sandbox.Status {
-	return sandbox.Status{ID: info.ID, State: fromKeeperState(info.State), Reason: info.Reason, Pid: info.Pid, RunningExecs: info.RunningExecs}
+	return sandbox.Status{ID: info.ID, State: fromKeeperState(info.State), Reason: info.Reason, Pid: info.Pid, RunningExecs: info.RunningExecs, Paused: info.Paused}
 }
 
 // Stats implements sandbox.Backend.
@@ -207,6 +207,7 @@ func (b *Backend) Stats(ctx context.Context, id string) (sandbox.Stats, error) {
 		CPUUsage: s.CPUUsage, MemoryBytes: s.MemoryBytes, MemoryLimit: s.MemoryLimit,
 		Pids: s.Pids, PidsLimit: s.PidsLimit, DiskBytes: s.DiskBytes, DiskLimit: s.DiskLimit,
 		OOMKills: int64(s.OOMKills), OutputBytes: s.OutputBytes, OutputLimit: s.OutputLimit,
+		SwappedBytes: s.SwappedBytes,
 	}, nil
 }
 
