@@ -142,6 +142,7 @@ func (a *sandboxAPI) Exec(ctx context.Context, req *connect.Request[sandboxv1.Ex
 		OutputLimit: m.GetOutputLimit(), Detach: m.GetDetach(),
 	}
 	p.Session, p.SessionShell = m.GetSession(), m.GetSessionShell()
+	p.StepKey = m.GetStepKey()
 	switch m.GetSealed() {
 	case sandboxv1.Seal_SEAL_UNSPECIFIED:
 	case sandboxv1.Seal_SEAL_FREEZE:
