@@ -57,6 +57,9 @@ type Record struct {
 	// Network is the sandbox's network policy, netpolicy's JSON document
 	// as validated; empty is none (loopback only).
 	Network json.RawMessage `json:"network,omitempty"`
+	// Rollout is the rollout the sandbox is a member of (rollout.go), set
+	// when the rollout makes it and never changed.
+	Rollout string `json:"rollout,omitempty"`
 }
 
 type store struct {
