@@ -108,6 +108,7 @@ func sandboxProto(sb *dsec.Sandbox) *sandboxv1.Sandbox {
 		User:          sb.User,
 		Workdir:       sb.Workdir,
 		Env:           sb.Env,
+		Rollout:       sb.Rollout,
 	}
 }
 
@@ -142,6 +143,7 @@ func execInfoProto(e dsec.ExecInfo) *sandboxv1.ExecInfo {
 		StderrBytes: e.StderrBytes,
 		Session:     e.Session,
 		Sealed:      e.Sealed,
+		StepKey:     e.StepKey,
 	}
 }
 

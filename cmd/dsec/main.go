@@ -86,7 +86,7 @@ var clientVerbs = []clientVerb{
 	{"stats", newStatsCmd}, {"timeout", newTimeoutCmd}, {"label", newLabelCmd}, {"net", newNetCmd},
 	{"watch", newWatchCmd}, {"rm", newRmCmd}, {"cp", newCpCmd}, {"port", newPortCmd},
 	{"fs", newFsCmd}, {"image", newImageCmd}, {"pack", newPackCmd}, {"key", newKeyCmd},
-	{"project", newProjectCmd}, {"backends", newBackendsCmd},
+	{"project", newProjectCmd}, {"backends", newBackendsCmd}, {"rollout", newRolloutCmd},
 }
 
 // verbOf returns the verb args name (skipping the root's flags before it),

@@ -77,6 +77,8 @@ type Sandbox struct {
 	// NetworkPolicy is the sandbox's network policy; nil is none. The
 	// Network method reports its counters and denials.
 	NetworkPolicy *NetworkPolicy
+	// Rollout is the rollout the sandbox is a member of, if any.
+	Rollout string
 
 	c *Client
 }
@@ -283,6 +285,7 @@ func (c *Client) sandboxFromProto(p *sandboxv1.Sandbox) *Sandbox {
 		ExpiresAt:     timeOf(p.GetExpiresAt()),
 		IdleExpiresAt: timeOf(p.GetIdleExpiresAt()),
 		NetworkPolicy: networkPolicyOf(p.GetNetwork()),
+		Rollout:       p.GetRollout(),
 		c:             c,
 	}
 	if p.GetIdleTtl() != nil {
