@@ -318,10 +318,10 @@ func deleteAll(ctx context.Context, c *dsec.Client, ids []string, errw io.Writer
 
 func newExecCmd(g *globalFlags) *cobra.Command {
 	var (
-		env                 []string
-		workdir, user       string
-		timeout             time.Duration
-		detach, stdinF, tty bool
+		env                  []string
+		workdir, user        string
+		timeout              time.Duration
+		detach, stdinF, tty  bool
 		outputLimit, stepKey string
 		sf                   sessionFlags
 	)
