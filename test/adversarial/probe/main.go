@@ -34,6 +34,7 @@ var commands = map[string]func(args []string) error{
 	"init":     initCmd,
 	"inotify":  inotifyCmd,
 	"hijack":   hijackCmd,
+	"api":      apiCmd,
 }
 
 func main() {
