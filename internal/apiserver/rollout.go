@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 
@@ -129,7 +130,7 @@ func (p *rolloutProxy) Create(ctx context.Context, req *connect.Request[rolloutv
 		probe := proto.Clone(sb).(*sandboxv1.CreateRequest)
 		probe.Ttl, probe.IdleTtl = spec.GetTtl(), spec.GetIdleTtl()
 		if _, err := s.checkCreate(ctx, probe); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("rollout member %s: %w", m.GetName(), err)
 		}
 		// The members' TTLs are the rollout's: a default above the
 		// project's maximum is brought down to it, as for a sandbox.
