@@ -140,7 +140,8 @@ type rollouts struct {
 	// guarded by mu
 	of      map[string]string   // member sandbox ID -> rollout ID
 	members map[string][]string // rollout ID -> member sandbox IDs
-	busy    map[string]string   // rollout ID -> "create" or "delete"
+	busy    map[string]string   // rollout ID -> "create", "delete" or "tick"
+	freed   *sync.Cond          // on mu; broadcast when a claim ends
 }
 
 // add records ro's members.
@@ -178,10 +179,34 @@ func (x *rollouts) siblings(id string) []string {
 	return slices.Clone(x.members[ro])
 }
 
-// claim marks an operation in flight on rollout id unless one is.
+// claim marks an operation in flight on rollout id unless one is; the
+// tick's look at a rollout is waited for.
 func (x *rollouts) claim(id, op string) (func(), error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	for x.busy[id] == "tick" {
+		x.cond().Wait()
+	}
+	return x.claimLocked(id, op)
+}
+
+// tryClaim is claim for the tick: it waits for nothing.
+func (x *rollouts) tryClaim(id string) (func(), error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.claimLocked(id, "tick")
+}
+
+// cond returns freed, made on first use; guarded by mu.
+func (x *rollouts) cond() *sync.Cond {
+	if x.freed == nil {
+		x.freed = sync.NewCond(&x.mu)
+	}
+	return x.freed
+}
+
+// claimLocked is claim; guarded by mu.
+func (x *rollouts) claimLocked(id, op string) (func(), error) {
 	if cur, ok := x.busy[id]; ok {
 		if cur == "create" {
 			return nil, errdefs.RetryAfter(errdefs.Newf(errdefs.ErrFailedPrecondition, "rollout %s is still being created: retry once it is", id), time.Second)
@@ -195,8 +220,20 @@ func (x *rollouts) claim(id, op string) (func(), error) {
 	return func() {
 		x.mu.Lock()
 		delete(x.busy, id)
+		x.cond().Broadcast()
 		x.mu.Unlock()
 	}, nil
+}
+
+// deleting marks the tick's claim of rollout id a delete: others no
+// longer wait for it.
+func (x *rollouts) deleting(id string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.busy[id] == "tick" {
+		x.busy[id] = "delete"
+		x.cond().Broadcast()
+	}
 }
 
 func (x *rollouts) inFlight(id string) bool {
@@ -692,47 +729,42 @@ func (e *Edge) loadRollouts() error {
 // is undone; a deleting one is deleted again; a ready one whose member is
 // gone is deleted whole (one lifetime: a member ends the rollout), and a
 // sandbox that names a rollout the node no longer has is deleted. Old
-// idempotency keys are dropped.
+// idempotency keys are dropped. Each rollout is judged on its record as it
+// is once the tick holds it (a list read before may be stale: a create
+// that has just finished).
 func (e *Edge) tickRollouts(ctx context.Context) {
 	ros, err := e.store.listRollouts()
 	if err != nil {
 		e.log.Warn("list rollouts", "err", err)
 		return
 	}
-	known := map[string]bool{}
-	for _, ro := range ros {
-		known[ro.ID] = true
-		if e.ro.inFlight(ro.ID) {
-			continue
+	for _, listed := range ros {
+		done, err := e.ro.tryClaim(listed.ID)
+		if err != nil {
+			continue // a create or delete is on it
 		}
-		reason := ""
-		switch ro.State {
-		case RolloutCreating:
-			reason = "its create did not finish"
-		case RolloutDeleting:
-			reason = ro.Reason
-		case RolloutReady:
-			for _, m := range ro.Members {
-				if r, err := e.store.get(m.SandboxID); errdefs.Is(err, errdefs.ErrNotFound) || err == nil && r.State == StateDeleting {
-					reason = fmt.Sprintf("its member %s (%s) ended", m.Name, m.SandboxID)
-					break
-				}
+		if reason := e.rolloutEnd(listed.ID); reason != "" {
+			e.ro.deleting(listed.ID)
+			e.log.Info("deleting rollout", "rollout", listed.ID, "reason", reason)
+			dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			if _, err := e.finishRolloutDelete(dctx, listed.ID, EventDeleted, reason); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) && !errdefs.Is(err, errdefs.ErrFailedPrecondition) {
+				e.log.Warn("delete rollout", "rollout", listed.ID, "err", err)
 			}
+			cancel()
 		}
-		if reason == "" && ro.State == RolloutReady {
-			continue
-		}
-		e.log.Info("deleting rollout", "rollout", ro.ID, "reason", reason)
-		if _, err := e.deleteRollout(ctx, ro.ID, EventDeleted, reason); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) && !errdefs.Is(err, errdefs.ErrFailedPrecondition) {
-			e.log.Warn("delete rollout", "rollout", ro.ID, "err", err)
-		}
+		done()
 	}
 	recs, err := e.store.list()
 	if err != nil {
 		return
 	}
 	for _, r := range recs {
-		if r.Rollout == "" || known[r.Rollout] || r.State == StateDeleting || e.ro.inFlight(r.Rollout) {
+		if r.Rollout == "" || r.State == StateDeleting || e.ro.inFlight(r.Rollout) {
+			continue
+		}
+		// The rollout's record is written before its first member and
+		// removed after its last: a member without one is an orphan.
+		if _, err := e.store.getRollout(r.Rollout); !errdefs.Is(err, errdefs.ErrNotFound) {
 			continue
 		}
 		e.log.Info("deleting a member of a rollout the node no longer has", "sandbox", r.ID, "rollout", r.Rollout)
@@ -743,6 +775,30 @@ func (e *Edge) tickRollouts(ctx context.Context) {
 	if err := e.store.expireRolloutIdem(time.Now()); err != nil {
 		e.log.Warn("expire rollout idempotency keys", "err", err)
 	}
+}
+
+// rolloutEnd says why rollout id, read now, must be deleted, or "" when it
+// lives on; the caller holds its claim.
+func (e *Edge) rolloutEnd(id string) string {
+	ro, err := e.store.getRollout(id)
+	if err != nil {
+		return ""
+	}
+	switch ro.State {
+	case RolloutCreating:
+		return "its create did not finish"
+	case RolloutDeleting:
+		if ro.Reason != "" {
+			return ro.Reason
+		}
+		return "its delete did not finish"
+	}
+	for _, m := range ro.Members {
+		if r, err := e.store.get(m.SandboxID); errdefs.Is(err, errdefs.ErrNotFound) || err == nil && r.State == StateDeleting {
+			return fmt.Sprintf("its member %s (%s) ended", m.Name, m.SandboxID)
+		}
+	}
+	return ""
 }
 
 // rolloutIdemEntry remembers what a rollout create's key made.
