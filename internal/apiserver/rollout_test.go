@@ -35,7 +35,10 @@ func TestSandboxGuardRolloutMember(t *testing.T) {
 	g := sandboxGuard{}
 	allowed := 0
 	for _, proc := range all {
-		err := g.check(member, proc)
+		err := g.check(proc)
+		if err == nil {
+			err = g.checkMember(member, proc)
+		}
 		switch {
 		case memberAllowed[proc] && err != nil:
 			t.Errorf("member key: %s = %v, want allowed", proc, err)
@@ -48,7 +51,7 @@ func TestSandboxGuardRolloutMember(t *testing.T) {
 			allowed++
 		}
 		if _, denied := sandboxDenied[proc]; !denied {
-			if err := g.check(plain, proc); err != nil {
+			if err := g.checkMember(plain, proc); err != nil {
 				t.Errorf("plain sandbox key: %s = %v, want allowed as before", proc, err)
 			}
 		}

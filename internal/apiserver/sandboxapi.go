@@ -177,10 +177,16 @@ var memberAllowed = map[string]bool{
 // the sandbox's).
 type sandboxGuard struct{}
 
-func (sandboxGuard) check(ctx context.Context, procedure string) error {
+func (sandboxGuard) check(procedure string) error {
 	if what, ok := sandboxDenied[procedure]; ok {
 		return errdefs.Newf(errdefs.ErrPermissionDenied, "a sandbox's own key (dsec-api) cannot %s: ask whoever runs the sandbox", what)
 	}
+	return nil
+}
+
+// checkMember refuses a rollout member's key the calls memberAllowed
+// does not name.
+func (sandboxGuard) checkMember(ctx context.Context, procedure string) error {
 	if k := keyFrom(ctx); k.Rollout != "" && !memberAllowed[procedure] {
 		return errdefs.Newf(errdefs.ErrPermissionDenied,
 			"the own key (dsec-api) of rollout %s's member %s acts only on its rollout: exec and files in its members, Get and SetStatus of the rollout, not %s",
@@ -191,7 +197,10 @@ func (sandboxGuard) check(ctx context.Context, procedure string) error {
 
 func (g sandboxGuard) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := g.check(ctx, req.Spec().Procedure); err != nil {
+		if err := g.check(req.Spec().Procedure); err != nil {
+			return nil, err
+		}
+		if err := g.checkMember(ctx, req.Spec().Procedure); err != nil {
 			return nil, err
 		}
 		return next(ctx, req)
@@ -204,7 +213,10 @@ func (sandboxGuard) WrapStreamingClient(next connect.StreamingClientFunc) connec
 
 func (g sandboxGuard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := g.check(ctx, conn.Spec().Procedure); err != nil {
+		if err := g.check(conn.Spec().Procedure); err != nil {
+			return err
+		}
+		if err := g.checkMember(ctx, conn.Spec().Procedure); err != nil {
 			return err
 		}
 		return next(ctx, conn)
