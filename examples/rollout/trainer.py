@@ -113,11 +113,20 @@ def save_state(path, state):
 
 async def resume_job(client, job):
     """Resume the job's paused sandboxes (a preemption hook paused them by
-    label). Pause and resume are the sandbox API's (issue 15); the call
-    goes to the API directly until libdsec has a method of its own."""
+    label: dsec pause -l job=JOB). Any request to a paused sandbox would
+    resume it too; this resumes them all at once, workers first among
+    equals, so that they run on before the trainer asks anything."""
     try:
-        await client._transport().unary("dsec.sandbox.v1.SandboxService/Resume", {"selector": {"job": job}},
-                                        timeout=120, safe=True)
+        if hasattr(client, "resume"):
+            results = await client.resume(labels={"job": job}, timeout=120)
+            for r in results:
+                if getattr(r, "error", None):
+                    print("resume %s: %s" % (r.id, r.error), file=sys.stderr)
+        else:
+            # A libdsec from before pause and resume (issue 15): the API's
+            # call itself.
+            await client._transport().unary("dsec.sandbox.v1.SandboxService/Resume", {"selector": {"job": job}},
+                                            timeout=120, safe=True)
     except libdsec.FailedPreconditionError as e:
         print("resume: %s" % e, file=sys.stderr)
 
