@@ -114,8 +114,8 @@ def save_state(path, state):
 async def resume_job(client, job):
     """Resume the job's paused sandboxes (a preemption hook paused them by
     label: dsec pause -l job=JOB). Any request to a paused sandbox would
-    resume it too; this resumes them all at once, workers first among
-    equals, so that they run on before the trainer asks anything."""
+    resume it too; this resumes them all at once, so that the workers run
+    on before the trainer asks anything."""
     try:
         if hasattr(client, "resume"):
             results = await client.resume(labels={"job": job}, timeout=120)
