@@ -62,8 +62,9 @@ command (see dsec kill).`,
 
 func newExecsCmd(g *globalFlags) *cobra.Command {
 	var (
-		output  string
-		noTrunc bool
+		output   string
+		noTrunc  bool
+		stepKeys []string
 	)
 	cmd := &cobra.Command{
 		Use:   "execs [flags] ID",
@@ -72,8 +73,9 @@ func newExecsCmd(g *globalFlags) *cobra.Command {
 started, its status (running, exit N, signal N, timed out, or lost when its
 end was not observed; then ", sealed" for a sealed command and ", session
 NAME" for one of a shell session, "(shell lost)" when it ended its session's
-shell), and the bytes of stdout and stderr kept (the offsets dsec attach can
-replay from).`,
+shell), the bytes of stdout and stderr kept (the offsets dsec attach can
+replay from), and its step key (dsec exec --step-key). --step-key lists only
+the execs of those step keys.`,
 		Example: `  dsec execs ID
   dsec execs -o json ID`,
 		Args: cobra.ExactArgs(1),
@@ -86,7 +88,11 @@ replay from).`,
 				return err
 			}
 			defer c.Close()
-			execs, err := c.Sandbox(args[0]).ListExecs(cmd.Context())
+			var opts []dsec.ListExecsOption
+			if len(stepKeys) > 0 {
+				opts = append(opts, dsec.WithStepKeys(stepKeys...))
+			}
+			execs, err := c.Sandbox(args[0]).ListExecs(cmd.Context(), opts...)
 			if err != nil {
 				return err
 			}
@@ -95,15 +101,19 @@ replay from).`,
 				return encodeProtos(out, execs, execInfoProto)
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "EXEC ID\tCOMMAND\tSTARTED\tSTATUS\tSTDOUT\tSTDERR")
+			fmt.Fprintln(tw, "EXEC ID\tCOMMAND\tSTARTED\tSTATUS\tSTDOUT\tSTDERR\tSTEP KEY")
 			now := time.Now()
 			for _, e := range execs {
 				command := shellQuote(e.Argv)
 				if !noTrunc && len(command) > 40 {
 					command = command[:39] + "…"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s ago\t%s\t%s\t%s\n", e.ID, command, human(now.Sub(e.StartedAt)), execStatus(e),
-					dsec.FormatSize(e.StdoutBytes), dsec.FormatSize(e.StderrBytes))
+				key := e.StepKey
+				if key == "" {
+					key = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s ago\t%s\t%s\t%s\t%s\n", e.ID, command, human(now.Sub(e.StartedAt)), execStatus(e),
+					dsec.FormatSize(e.StdoutBytes), dsec.FormatSize(e.StderrBytes), key)
 			}
 			return tw.Flush()
 		},
@@ -111,6 +121,7 @@ replay from).`,
 	f := cmd.Flags()
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	f.BoolVar(&noTrunc, "no-trunc", false, "do not shorten long commands")
+	f.StringArrayVar(&stepKeys, "step-key", nil, "only the execs with this step key (repeatable)")
 	return cmd
 }
 

@@ -112,6 +112,7 @@ func sandboxProto(sb *dsec.Sandbox) *sandboxv1.Sandbox {
 		PausedTtl:       durationProto(sb.PausedTTL),
 		PausedAt:        timeProto(sb.PausedAt),
 		PausedExpiresAt: timeProto(sb.PausedExpiresAt),
+		Rollout:         sb.Rollout,
 	}
 }
 
@@ -146,6 +147,7 @@ func execInfoProto(e dsec.ExecInfo) *sandboxv1.ExecInfo {
 		StderrBytes: e.StderrBytes,
 		Session:     e.Session,
 		Sealed:      e.Sealed,
+		StepKey:     e.StepKey,
 	}
 }
 

@@ -87,7 +87,7 @@ var clientVerbs = []clientVerb{
 	{"watch", newWatchCmd}, {"rm", newRmCmd}, {"pause", newPauseCmd}, {"resume", newResumeCmd},
 	{"cp", newCpCmd}, {"port", newPortCmd},
 	{"fs", newFsCmd}, {"image", newImageCmd}, {"pack", newPackCmd}, {"key", newKeyCmd},
-	{"project", newProjectCmd}, {"backends", newBackendsCmd},
+	{"project", newProjectCmd}, {"backends", newBackendsCmd}, {"rollout", newRolloutCmd},
 }
 
 // verbOf returns the verb args name (skipping the root's flags before it),

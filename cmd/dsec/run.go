@@ -327,12 +327,12 @@ func deleteAll(ctx context.Context, c *dsec.Client, ids []string, errw io.Writer
 
 func newExecCmd(g *globalFlags) *cobra.Command {
 	var (
-		env                 []string
-		workdir, user       string
-		timeout             time.Duration
-		detach, stdinF, tty bool
-		outputLimit         string
-		sf                  sessionFlags
+		env                  []string
+		workdir, user        string
+		timeout              time.Duration
+		detach, stdinF, tty  bool
+		outputLimit, stepKey string
+		sf                   sessionFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID -- CMD...",
@@ -370,6 +370,11 @@ original layers read-only at /.dsec/image, out of reach of the sandbox's
 processes. For graders (see also dsec grade). A result the server does not
 report as sealed is an error.
 
+With --step-key KEY, the journal records the command as that step of your
+work: an exec with the key of an earlier exec of the sandbox is refused (exit
+125, naming it), so a script that lost track of a step finds it (dsec execs
+--step-key KEY) instead of running it twice.
+
 Ctrl-C (SIGINT), SIGTERM and SIGHUP are passed to the command; a second one
 stops following it (it runs on).`,
 		Example: `  dsec exec ID -- ls -l /
@@ -399,7 +404,7 @@ stops following it (it runs on).`,
 					return usageErrorf("-t needs a terminal on standard input (drop -t; -i alone streams piped input)")
 				}
 			}
-			req := dsec.ExecRequest{Argv: argv, Env: e, Cwd: workdir, User: user, Timeout: timeout}
+			req := dsec.ExecRequest{Argv: argv, Env: e, Cwd: workdir, User: user, Timeout: timeout, StepKey: stepKey}
 			if err := sf.apply(&req, stdinF, tty); err != nil {
 				return err
 			}
@@ -445,6 +450,7 @@ stops following it (it runs on).`,
 	f.BoolVarP(&detach, "detach", "d", false, "start the command detached, print its exec ID and return")
 	f.BoolVarP(&stdinF, "interactive", "i", false, "stream standard input to the command")
 	f.BoolVarP(&tty, "tty", "t", false, "run the command on a terminal (needs one on standard input; implies -i)")
+	f.StringVar(&stepKey, "step-key", "", "record the command as this step (at most 256 bytes): a second exec with the key is refused")
 	f.SetInterspersed(false)
 	return cmd
 }

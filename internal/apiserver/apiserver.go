@@ -20,6 +20,7 @@ import (
 
 	"github.com/dsecproject/dsec/api/dsec/admin/v1/adminv1connect"
 	"github.com/dsecproject/dsec/api/dsec/image/v1/imagev1connect"
+	"github.com/dsecproject/dsec/api/dsec/rollout/v1/rolloutv1connect"
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
 	"github.com/dsecproject/dsec/internal/apierr"
@@ -111,6 +112,7 @@ func (s *Server) handler(sandboxes bool) http.Handler {
 	limits := reqlimit.New(s.cfg.MaxRequestBytes)
 	opts := connect.WithHandlerOptions(connect.WithInterceptors(interceptors...), limits.ConnectOption())
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxProxy{s: s}, opts))
+	mux.Handle(rolloutv1connect.NewRolloutServiceHandler(&rolloutProxy{s: s}, opts))
 	mux.Handle(imagev1connect.NewImageServiceHandler(&imageAPI{s: s}, opts))
 	mux.Handle(adminv1connect.NewAdminServiceHandler(&adminAPI{s: s}, opts))
 	if s.cfg.Metrics != nil && !sandboxes {
@@ -136,6 +138,11 @@ func (s *Server) edgeFor(ctx context.Context, id string) (*edgeclient.Conn, erro
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "%.80q is not a sandbox ID (list sandboxes with `dsec ps`)", id)
 	}
 	n, err := s.node(ctx, node)
+	if rnode, isRollout := sandbox.NodeOfRolloutID(id); isRollout && errdefs.Is(err, errdefs.ErrNotFound) {
+		if _, rerr := s.node(ctx, rnode); rerr == nil {
+			return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "%s is a rollout, not a sandbox: `dsec rollout get %s` lists its members' sandboxes", id, id)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +169,7 @@ func forward[T any](ctx context.Context, msg *T) *connect.Request[T] {
 
 func setIdentity(ctx context.Context, h http.Header) {
 	k := keyFrom(ctx)
-	caller.Caller{Project: k.Project, KeyID: k.ID, Admin: k.Admin}.SetHeader(h)
+	caller.Caller{Project: k.Project, KeyID: k.ID, Admin: k.Admin, Rollout: k.Rollout}.SetHeader(h)
 }
 
 // edgeErr turns an edge's reply error back into a kind, with a message

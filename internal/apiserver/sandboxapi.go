@@ -133,7 +133,7 @@ func (s *Server) sandboxKey(ctx context.Context, sc *sandboxConn) (cluster.Key, 
 	if sb.GetState() != sandboxv1.State_STATE_RUNNING {
 		return cluster.Key{}, errdefs.Newf(errdefs.ErrUnauthenticated, "sandbox %s is not running", sc.id)
 	}
-	k := cluster.Key{ID: "sandbox", Name: "sandbox " + sc.id, Project: sb.GetProject(), Sandbox: sc.id}
+	k := cluster.Key{ID: "sandbox", Name: "sandbox " + sc.id, Project: sb.GetProject(), Sandbox: sc.id, Rollout: sb.GetRollout()}
 	sc.key = &k
 	return k, nil
 }
@@ -155,9 +155,38 @@ var sandboxDenied = map[string]string{
 	"/dsec.admin.v1.AdminService/ListProjects":      "list projects",
 }
 
+// memberAllowed are the only calls a rollout member's own key may make:
+// exec and file operations on its rollout's members (the edge shows it
+// those only), reading them and its rollout, its rollout's status, and
+// who it is. The rollout calls check the ID too (rollout.go).
+var memberAllowed = map[string]bool{
+	"/dsec.sandbox.v1.SandboxService/Get":           true,
+	"/dsec.sandbox.v1.SandboxService/Exec":          true,
+	"/dsec.sandbox.v1.SandboxService/Attach":        true,
+	"/dsec.sandbox.v1.SandboxService/WriteStdin":    true,
+	"/dsec.sandbox.v1.SandboxService/Signal":        true,
+	"/dsec.sandbox.v1.SandboxService/ResizeTTY":     true,
+	"/dsec.sandbox.v1.SandboxService/ListExecs":     true,
+	"/dsec.sandbox.v1.SandboxService/ListSessions":  true,
+	"/dsec.sandbox.v1.SandboxService/DeleteSession": true,
+	"/dsec.sandbox.v1.SandboxService/ReadFile":      true,
+	"/dsec.sandbox.v1.SandboxService/WriteFile":     true,
+	"/dsec.sandbox.v1.SandboxService/Stat":          true,
+	"/dsec.sandbox.v1.SandboxService/ListDir":       true,
+	"/dsec.sandbox.v1.SandboxService/MakeDir":       true,
+	"/dsec.sandbox.v1.SandboxService/Remove":        true,
+	"/dsec.sandbox.v1.SandboxService/Rename":        true,
+	"/dsec.sandbox.v1.SandboxService/DownloadTar":   true,
+	"/dsec.sandbox.v1.SandboxService/UploadTar":     true,
+	"/dsec.rollout.v1.RolloutService/Get":           true,
+	"/dsec.rollout.v1.RolloutService/SetStatus":     true,
+	"/dsec.admin.v1.AdminService/WhoAmI":            true,
+}
+
 // sandboxGuard is the interceptor of the API for sandboxes: it refuses
-// the calls of sandboxDenied (after authentication, which made the key the
-// sandbox's).
+// the calls of sandboxDenied, and for a rollout member's key every call
+// memberAllowed does not name (after authentication, which made the key
+// the sandbox's).
 type sandboxGuard struct{}
 
 func (sandboxGuard) check(procedure string) error {
@@ -167,9 +196,23 @@ func (sandboxGuard) check(procedure string) error {
 	return nil
 }
 
+// checkMember refuses a rollout member's key the calls memberAllowed
+// does not name.
+func (sandboxGuard) checkMember(ctx context.Context, procedure string) error {
+	if k := keyFrom(ctx); k.Rollout != "" && !memberAllowed[procedure] {
+		return errdefs.Newf(errdefs.ErrPermissionDenied,
+			"the own key (dsec-api) of rollout %s's member %s acts only on its rollout: exec and files in its members, Get and SetStatus of the rollout, not %s",
+			k.Rollout, k.Sandbox, procedure)
+	}
+	return nil
+}
+
 func (g sandboxGuard) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if err := g.check(req.Spec().Procedure); err != nil {
+			return nil, err
+		}
+		if err := g.checkMember(ctx, req.Spec().Procedure); err != nil {
 			return nil, err
 		}
 		return next(ctx, req)
@@ -183,6 +226,9 @@ func (sandboxGuard) WrapStreamingClient(next connect.StreamingClientFunc) connec
 func (g sandboxGuard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		if err := g.check(conn.Spec().Procedure); err != nil {
+			return err
+		}
+		if err := g.checkMember(ctx, conn.Spec().Procedure); err != nil {
 			return err
 		}
 		return next(ctx, conn)

@@ -65,6 +65,9 @@ type Key struct {
 	// API for sandboxes makes it for each call of that sandbox's
 	// connections; it is never stored.
 	Sandbox string
+	// Rollout, set with Sandbox, is the rollout that sandbox is a member
+	// of: the key then acts on that rollout's members and status only.
+	Rollout string
 }
 
 // Principal is who the key acts as.

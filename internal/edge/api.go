@@ -14,6 +14,7 @@ import (
 	"github.com/dsecproject/dsec/api/dsec/image/v1/imagev1connect"
 	nodev1 "github.com/dsecproject/dsec/api/dsec/node/v1"
 	"github.com/dsecproject/dsec/api/dsec/node/v1/nodev1connect"
+	"github.com/dsecproject/dsec/api/dsec/rollout/v1/rolloutv1connect"
 	sandboxv1 "github.com/dsecproject/dsec/api/dsec/sandbox/v1"
 	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
 	"github.com/dsecproject/dsec/internal/apierr"
@@ -40,6 +41,7 @@ func (e *Edge) Handler(token string) http.Handler {
 	opts := connect.WithHandlerOptions(connect.WithInterceptors(errs), limits.ConnectOption())
 	mux.Handle(sandboxv1connect.NewSandboxServiceHandler(&sandboxAPI{e: e}, opts))
 	mux.Handle(nodev1connect.NewNodeServiceHandler(&nodeAPI{e: e}, opts))
+	mux.Handle(rolloutv1connect.NewRolloutServiceHandler(&rolloutAPI{e: e}, opts))
 	mux.Handle(imagev1connect.NewLayerUseServiceHandler(&layerUseAPI{e: e}, opts))
 	mux.HandleFunc(sandbox.PortTunnelPattern, e.servePortTunnel)
 	return limits.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +62,11 @@ var _ sandboxv1connect.SandboxServiceHandler = (*sandboxAPI)(nil)
 
 func (a *sandboxAPI) Create(ctx context.Context, req *connect.Request[sandboxv1.CreateRequest]) (*connect.Response[sandboxv1.CreateResponse], error) {
 	m := req.Msg
-	rec, err := a.e.Create(ctx, callerOf(req.Header()), CreateParamsOf(m), m.GetIdempotencyKey())
+	c := callerOf(req.Header())
+	if c.Rollout != "" {
+		return nil, errdefs.Newf(errdefs.ErrPermissionDenied, "a rollout member's key cannot create sandboxes")
+	}
+	rec, err := a.e.Create(ctx, c, CreateParamsOf(m), m.GetIdempotencyKey())
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +150,7 @@ func (a *sandboxAPI) Exec(ctx context.Context, req *connect.Request[sandboxv1.Ex
 		OutputLimit: m.GetOutputLimit(), Detach: m.GetDetach(),
 	}
 	p.Session, p.SessionShell = m.GetSession(), m.GetSessionShell()
+	p.StepKey = m.GetStepKey()
 	switch m.GetSealed() {
 	case sandboxv1.Seal_SEAL_UNSPECIFIED:
 	case sandboxv1.Seal_SEAL_FREEZE:
@@ -281,6 +288,7 @@ func (e *Edge) toProto(r *Record) *sandboxv1.Sandbox {
 		IdleTtl: durationpb.New(r.IdleTTL), User: r.User, Workdir: r.Workdir, Env: r.Env,
 		IdleExpiresAt: e.idleExpiry(r), Network: NetworkProto(r.Network),
 		IdleAction: idleAction(r), PausedTtl: durationpb.New(pausedTTLOf(r, e.cfg.Defaults.PausedTTL)),
+		Rollout: r.Rollout,
 	}
 	if !r.PausedAt.IsZero() {
 		out.PausedAt = timestamppb.New(r.PausedAt)

@@ -131,12 +131,13 @@ func (a *sandboxAPI) ListExecs(ctx context.Context, req *connect.Request[sandbox
 		return nil, err
 	}
 	out := &sandboxv1.ListExecsResponse{}
-	for _, x := range execs {
+	for _, x := range WithStepKeys(execs, req.Msg.GetStepKeys()) {
 		pi := &sandboxv1.ExecInfo{
 			ExecId: x.ID, Argv: x.Argv, Tty: x.TTY, StartedAt: timestamppb.New(x.Started), Running: x.Running,
 			StdoutBytes: x.StdoutBytes, StderrBytes: x.StderrBytes, Sealed: x.Sealed,
 		}
 		pi.Session = x.Session
+		pi.StepKey = x.StepKey
 		if x.Exit != nil {
 			pi.Exit = exitProto(x.Exit)
 		}

@@ -153,6 +153,7 @@ type Edge struct {
 	ops           map[string]op        // operations in flight (reconcile.go)
 
 	tunnels portTunnels // open port connections per sandbox (ports.go)
+	ro      rollouts    // the rollouts' members and operations (rollout.go)
 }
 
 // New opens the node state, reconciles it with the backends and starts the
@@ -239,10 +240,15 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 		pauseSlots: make(chan struct{}, maxPausesAtOnce),
 		diskSpace:  func() (ceiling.Space, error) { return ceiling.DiskSpace(cfg.StateDir) },
 	}
+	if err := e.loadRollouts(); err != nil {
+		st.close()
+		return nil, err
+	}
 	if err := e.recover(ctx); err != nil {
 		st.close()
 		return nil, err
 	}
+	e.tickRollouts(ctx)
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Registry.Register(collector{e}); err != nil {
 			st.close()
@@ -294,6 +300,7 @@ func (e *Edge) reapLoop() {
 			if err := e.reconcileOnce(ctx); err != nil {
 				e.log.Warn("reconcile", "err", err)
 			}
+			e.tickRollouts(ctx)
 			cancel()
 		}
 		e.reap(now)
@@ -360,8 +367,23 @@ const (
 	reasonPausedTTL = "paused TTL expired"
 )
 
-// runningExecs asks the backend how many commands run in a sandbox.
+// runningExecs asks the backend how many commands run in a sandbox, or,
+// for a rollout's member, in any member of its rollout (a rollout is idle
+// as a whole).
 func (e *Edge) runningExecs(r *Record) int {
+	if sibs := e.ro.siblings(r.ID); len(sibs) > 0 {
+		n := 0
+		for _, id := range sibs {
+			if m, err := e.store.get(id); err == nil {
+				n += e.runningExecsOne(m)
+			}
+		}
+		return n
+	}
+	return e.runningExecsOne(r)
+}
+
+func (e *Edge) runningExecsOne(r *Record) int {
 	be, err := e.backend(r.Backend)
 	if err != nil {
 		return 0
@@ -400,9 +422,27 @@ func (e *Edge) streamOpen(id string) func() {
 	}
 }
 
+// idleFor is how long sandbox id has been idle at now; a rollout's member
+// is as idle as the least idle member of its rollout.
 func (e *Edge) idleFor(id string, now time.Time) time.Duration {
+	ids := e.ro.siblings(id)
+	if ids == nil {
+		ids = []string{id}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	idle := time.Duration(-1)
+	for _, id := range ids {
+		d := e.idleForLocked(id, now)
+		if idle < 0 || d < idle {
+			idle = d
+		}
+	}
+	return idle
+}
+
+// idleForLocked is idleFor of one sandbox; guarded by mu.
+func (e *Edge) idleForLocked(id string, now time.Time) time.Duration {
 	if e.streams[id] > 0 {
 		return 0
 	}
@@ -425,8 +465,12 @@ type Caller = caller.Caller
 
 // sees reports whether c may see and act on r: a key sees its own
 // project's sandboxes, an admin key every project's but the platform's own
-// (internal/project), which only their service's key reaches.
+// (internal/project), which only their service's key reaches; a rollout
+// member's own key sees its rollout's members only.
 func sees(c Caller, r *Record) bool {
+	if c.Rollout != "" && r.Rollout != c.Rollout {
+		return false
+	}
 	return r.Project == c.Project || c.Admin && !project.Reserved(r.Project)
 }
 

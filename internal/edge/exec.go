@@ -38,6 +38,9 @@ type ExecParams struct {
 	// command then runs in the platform's /.dsec/bin/sh, not the
 	// sandbox's /bin/sh.
 	Seal sandbox.Seal
+	// StepKey names the step in the sandbox's journal (backends with
+	// CapStepKeys): a second exec with it is AlreadyExists.
+	StepKey string
 }
 
 // ExecEvent is one event of an exec stream; exactly one field is set.
@@ -130,6 +133,14 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 			return err
 		}
 	}
+	if p.StepKey != "" {
+		if err := checkStepKey(p.StepKey); err != nil {
+			return err
+		}
+		if err := sandbox.Check(be, sandbox.CapStepKeys); err != nil {
+			return err
+		}
+	}
 	r, started, err := e.ready(ctx, caller, p.Sandbox)
 	if err != nil {
 		return err
@@ -174,6 +185,7 @@ func (e *Edge) Exec(ctx context.Context, caller Caller, p ExecParams, send func(
 		Seal:        p.Seal,
 	}
 	spec.Session, spec.SessionShell = p.Session, p.SessionShell
+	spec.StepKey = p.StepKey
 	if p.TTY {
 		spec.Env = append(spec.Env, "TERM=xterm-256color")
 	}
@@ -298,6 +310,36 @@ func (e *Edge) ListExecs(ctx context.Context, caller Caller, id string) ([]sandb
 		return nil, err
 	}
 	return be.ListExecs(ctx, id)
+}
+
+// checkStepKey refuses a step key the journal cannot hold.
+func checkStepKey(k string) error {
+	switch {
+	case len(k) > sandbox.MaxStepKey:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "step key of %d bytes: at most %d", len(k), sandbox.MaxStepKey)
+	case strings.IndexByte(k, 0) >= 0:
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "step key %.80q holds a NUL byte", k)
+	}
+	return nil
+}
+
+// WithStepKeys keeps the execs whose step key is one of keys (all of
+// them when keys is empty).
+func WithStepKeys(execs []sandbox.ExecInfo, keys []string) []sandbox.ExecInfo {
+	if len(keys) == 0 {
+		return execs
+	}
+	want := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		want[k] = true
+	}
+	out := execs[:0]
+	for _, x := range execs {
+		if x.StepKey != "" && want[x.StepKey] {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func (e *Edge) execBackend(caller Caller, id string) (sandbox.Backend, error) {

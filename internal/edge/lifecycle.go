@@ -49,6 +49,9 @@ type CreateParams struct {
 	resolved *Image
 	// grader makes a grading sandbox (Record.Grader).
 	grader bool
+	// id, when set, is the new sandbox's ID, and rollout the rollout it
+	// is a member of (rollout.go chooses both).
+	id, rollout string
 }
 
 var (
@@ -98,6 +101,9 @@ func (e *Edge) normalize(p *CreateParams) error {
 		return errdefs.Newf(errdefs.ErrInvalidArgument, "a layer config without a list of layers: the image's config applies to an image")
 	}
 	if err := ValidateLabels(p.Labels); err != nil {
+		return err
+	}
+	if err := checkRolloutLabels(p.Labels, p.rollout); err != nil {
 		return err
 	}
 	if err := validateEnv(p.Env); err != nil {
@@ -295,8 +301,12 @@ func (e *Edge) create(ctx context.Context, caller Caller, p CreateParams) (*Reco
 	if user == "" {
 		user = img.User
 	}
+	id := p.id
+	if id == "" {
+		id = e.newID()
+	}
 	r := &Record{
-		ID: e.newID(), Image: img.Name, Layers: img.Layers, Labels: p.Labels,
+		ID: id, Rollout: p.rollout, Image: img.Name, Layers: img.Layers, Labels: p.Labels,
 		Project: project, Backend: p.Backend,
 		Resources: p.Resources, ImageEnv: img.Env, Env: p.Env,
 		Workdir: workdir, User: user,
@@ -491,30 +501,38 @@ func (e *Edge) List(ctx context.Context, caller Caller, sel map[string]string) (
 	return recs, nil
 }
 
-// Delete deletes one sandbox.
+// Delete deletes one sandbox; a rollout's member is deleted with its
+// rollout only (DeleteRollout).
 func (e *Edge) Delete(ctx context.Context, caller Caller, id string) error {
-	if _, err := e.lookup(caller, id); err != nil {
+	r, err := e.lookup(caller, id)
+	if err != nil {
+		return err
+	}
+	if err := memberAlone(r); err != nil {
 		return err
 	}
 	return e.deleteOne(ctx, id, EventDeleted, "")
 }
 
 // DeleteSelector deletes every sandbox caller sees that matches sel and
-// returns their IDs.
+// returns their IDs. A rollout's member that matches is deleted with its
+// whole rollout.
 func (e *Edge) DeleteSelector(ctx context.Context, caller Caller, sel map[string]string) ([]string, error) {
 	if len(sel) == 0 {
 		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "delete by selector needs at least one label")
+	}
+	if caller.Rollout != "" {
+		return nil, errdefs.Newf(errdefs.ErrPermissionDenied, "a rollout member's key cannot delete sandboxes")
 	}
 	recs, err := e.visible(caller, sel)
 	if err != nil {
 		return nil, err
 	}
+	recs, deleted, first := e.deleteRolloutsOf(ctx, recs)
 	var (
-		mu      sync.Mutex
-		deleted []string
-		first   error
-		wg      sync.WaitGroup
-		sem     = make(chan struct{}, 8)
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, 8)
 	)
 	for _, r := range recs {
 		wg.Add(1)
@@ -724,6 +742,9 @@ func (e *Edge) UpdateLabels(ctx context.Context, caller Caller, id string, set m
 	}
 	if err := ValidateLabels(set); err != nil {
 		return nil, err
+	}
+	if _, ok := set[RolloutLabel]; ok || slices.Contains(remove, RolloutLabel) {
+		return nil, reservedLabel()
 	}
 	e.touch(id)
 	r, err := e.store.update(id, func(r *Record) error {

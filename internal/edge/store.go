@@ -79,6 +79,9 @@ type Record struct {
 	// it is paused admission holds only Resident (state.go, memHeld).
 	Resident int64 `json:"resident,omitempty"`
 	Swapped  int64 `json:"swapped,omitempty"`
+	// Rollout is the rollout the sandbox is a member of (rollout.go), set
+	// when the rollout makes it and never changed.
+	Rollout string `json:"rollout,omitempty"`
 }
 
 type store struct {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dsecproject/dsec/api/dsec/image/v1/imagev1connect"
 	"github.com/dsecproject/dsec/api/dsec/node/v1/nodev1connect"
+	"github.com/dsecproject/dsec/api/dsec/rollout/v1/rolloutv1connect"
 	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
 )
 
@@ -28,6 +29,7 @@ type Conn struct {
 	Name    string
 	Addr    string
 	Sandbox sandboxv1connect.SandboxServiceClient
+	Rollout rolloutv1connect.RolloutServiceClient
 	Node    nodev1connect.NodeServiceClient
 	// LayerUse lists the layers the node's sandboxes mount.
 	LayerUse imagev1connect.LayerUseServiceClient
@@ -69,6 +71,7 @@ func Dial(addr, token string) (*Conn, error) {
 	return &Conn{
 		Addr:     addr,
 		Sandbox:  sandboxv1connect.NewSandboxServiceClient(hc, base, opt),
+		Rollout:  rolloutv1connect.NewRolloutServiceClient(hc, base, opt),
 		Node:     nodev1connect.NewNodeServiceClient(hc, base, opt),
 		LayerUse: imagev1connect.NewLayerUseServiceClient(hc, base, opt),
 		http:     hc,

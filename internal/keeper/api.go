@@ -248,6 +248,11 @@ type ExecSpec struct {
 	// Seal: 1 freezes, 2 kills the sandbox's other processes while the
 	// command runs sealed (protocol 4; sandbox.Seal).
 	Seal int `json:"Seal,omitempty"`
+	// StepKey is the caller's name for this step of its work (protocol
+	// 6): at most 256 bytes, recorded in the journal; a start with the
+	// step key of an earlier exec of the sandbox is refused with
+	// AlreadyExists naming that exec.
+	StepKey string `json:"StepKey,omitempty"`
 }
 
 // ExecRequest starts a command.
@@ -336,6 +341,8 @@ type ExecInfo struct {
 	// Session it ran in; Sealed if it ran sealed (protocol 4).
 	Session string `json:"Session,omitempty"`
 	Sealed  bool   `json:"Sealed,omitempty"`
+	// StepKey is ExecSpec.StepKey (protocol 6).
+	StepKey string `json:"StepKey,omitempty"`
 }
 
 // journalEntry is an exec's spec.json: what ListExecs reports of it.
@@ -347,6 +354,8 @@ type journalEntry struct {
 	Session string    `json:"session,omitempty"`
 	// Sealed: the command runs sealed (protocol 4).
 	Sealed bool `json:"sealed,omitempty"`
+	// StepKey: ExecSpec.StepKey (protocol 6).
+	StepKey string `json:"step_key,omitempty"`
 }
 
 // Stream names an exec output stream (the numbers of sandbox.Stream).

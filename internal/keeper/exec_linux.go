@@ -121,7 +121,15 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		return errdefs.Newf(errdefs.ErrFailedPrecondition, "sandbox %s runs on a driver that cannot run sealed execs: run it in a container sandbox", req.Sandbox)
 	}
 	dir := k.l.ExecDir(req.Sandbox, spec.ID)
+	if _, err := os.Stat(dir); err == nil {
+		return errdefs.Newf(errdefs.ErrAlreadyExists, "exec %s exists in sandbox %s", spec.ID, req.Sandbox)
+	}
+	releaseStep, err := k.claimStep(req.Sandbox, spec.StepKey, spec.ID)
+	if err != nil {
+		return err
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
+		releaseStep()
 		if errors.Is(err, os.ErrExist) {
 			return errdefs.Newf(errdefs.ErrAlreadyExists, "exec %s exists in sandbox %s", spec.ID, req.Sandbox)
 		}
@@ -132,8 +140,9 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		limit = k.cfg.OutputLimit
 	}
 	started := time.Now()
-	if err := writeJSON(filepath.Join(dir, "spec.json"), journalEntry{ID: spec.ID, Argv: spec.Argv, TTY: spec.TTY, Started: started.UTC(), Sealed: spec.Seal != 0}); err != nil {
+	if err := writeJSON(filepath.Join(dir, "spec.json"), journalEntry{ID: spec.ID, Argv: spec.Argv, TTY: spec.TTY, Started: started.UTC(), Sealed: spec.Seal != 0, StepKey: spec.StepKey}); err != nil {
 		os.RemoveAll(dir)
+		releaseStep()
 		return fmt.Errorf("exec journal: %w", err)
 	}
 	p := &execProc{done: make(chan struct{}), stdinTurn: make(chan struct{}, 1)}
@@ -148,6 +157,7 @@ func (k *Keeper) startExec(ctx context.Context, req ExecRequest) error {
 		delete(b.execs, spec.ID)
 		b.mu.Unlock()
 		os.RemoveAll(dir)
+		releaseStep()
 		return err
 	}
 
@@ -537,7 +547,7 @@ func (k *Keeper) listExecs(id string) ([]ExecInfo, error) {
 		if json.Unmarshal(raw, &j) != nil {
 			continue
 		}
-		info := ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started, Session: j.Session, Sealed: j.Sealed}
+		info := ExecInfo{ID: j.ID, Argv: j.Argv, TTY: j.TTY, Started: j.Started, Session: j.Session, Sealed: j.Sealed, StepKey: j.StepKey}
 		b.mu.Lock()
 		p := b.execs[j.ID]
 		b.mu.Unlock()

@@ -275,6 +275,14 @@ func (k *Keeper) startSessionExec(ctx context.Context, req ExecRequest) error {
 			return errdefs.Newf(errdefs.ErrInvalidArgument, "session %s runs as uid %d gid %d: use another session for another user", spec.Session, s.uid, s.gid)
 		}
 	}
+	dir := k.l.ExecDir(req.Sandbox, spec.ID)
+	if _, err := os.Stat(dir); err == nil {
+		return errdefs.Newf(errdefs.ErrAlreadyExists, "exec %s exists in sandbox %s", spec.ID, req.Sandbox)
+	}
+	releaseStep, err := k.claimStep(req.Sandbox, spec.StepKey, spec.ID)
+	if err != nil {
+		return err
+	}
 	restarted, fresh := false, false
 	if s == nil || !s.alive() {
 		fresh = true
@@ -284,20 +292,22 @@ func (k *Keeper) startSessionExec(ctx context.Context, req ExecRequest) error {
 			k.killStaleShell(req.Sandbox, spec.Session)
 		}
 		if s, err = k.startShell(ctx, b, req.Sandbox, spec); err != nil {
+			releaseStep()
 			return err
 		}
 	}
 
-	dir := k.l.ExecDir(req.Sandbox, spec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
+		releaseStep()
 		if errors.Is(err, os.ErrExist) {
 			return errdefs.Newf(errdefs.ErrAlreadyExists, "exec %s exists in sandbox %s", spec.ID, req.Sandbox)
 		}
 		return fmt.Errorf("exec dir: %w", err)
 	}
 	started := time.Now()
-	if err := writeJSON(filepath.Join(dir, "spec.json"), journalEntry{ID: spec.ID, Argv: spec.Argv, Started: started.UTC(), Session: spec.Session}); err != nil {
+	if err := writeJSON(filepath.Join(dir, "spec.json"), journalEntry{ID: spec.ID, Argv: spec.Argv, Started: started.UTC(), Session: spec.Session, StepKey: spec.StepKey}); err != nil {
 		os.RemoveAll(dir)
+		releaseStep()
 		return fmt.Errorf("exec journal: %w", err)
 	}
 	limit := spec.OutputLimit
@@ -313,6 +323,7 @@ func (k *Keeper) startSessionExec(ctx context.Context, req ExecRequest) error {
 				f.Close()
 			}
 			os.RemoveAll(dir)
+			releaseStep()
 			return fmt.Errorf("exec output: %w", err)
 		}
 		c.outs[i] = f

@@ -64,6 +64,7 @@ const (
 	CapRestart     Capability = "restart"      // sandboxes survive a restart of the edge
 	CapSealedExec  Capability = "sealed-exec"  // execs can run sealed
 	CapQoS         Capability = "qos"          // the best-effort QoS class is applied
+	CapStepKeys    Capability = "step-keys"    // execs take step keys (ExecSpec.StepKey), unique in the sandbox
 )
 
 // Capabilities lists what b has: the optional interfaces it implements and
@@ -79,7 +80,7 @@ func Capabilities(b Backend) []Capability {
 	for _, c := range b.Describe().Features {
 		declared[c] = true
 	}
-	for _, c := range []Capability{CapMemoryLimit, CapPidsLimit, CapDiskLimit, CapTTY, CapRestart, CapSealedExec, CapQoS} {
+	for _, c := range []Capability{CapMemoryLimit, CapPidsLimit, CapDiskLimit, CapTTY, CapRestart, CapSealedExec, CapQoS, CapStepKeys} {
 		if declared[c] {
 			out = append(out, c)
 		}

@@ -51,3 +51,28 @@ func NodeOfID(id string) (string, bool) {
 	node := id[:i]
 	return node, ValidNodeName(node)
 }
+
+// A rollout ID is the name of the node that owns the rollout (and all its
+// members), "-r-" and 12 random characters of the same alphabet: at most
+// 55 characters, a DNS label and a label value. Any apiserver routes a
+// request by the node it names.
+
+// NewRolloutID makes a new rollout ID on node.
+func NewRolloutID(node string) string { return node + "-r-" + RandomString(idRandLen) }
+
+// NodeOfRolloutID returns the node that owns a rollout ID.
+func NodeOfRolloutID(id string) (string, bool) {
+	if len(id) > 63 || len(id) < idRandLen+4 {
+		return "", false
+	}
+	for _, c := range id[len(id)-idRandLen:] {
+		if !strings.ContainsRune(idAlphabet, c) {
+			return "", false
+		}
+	}
+	node, ok := strings.CutSuffix(id[:len(id)-idRandLen], "-r-")
+	if !ok {
+		return "", false
+	}
+	return node, ValidNodeName(node)
+}

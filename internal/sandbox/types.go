@@ -170,7 +170,15 @@ type ExecSpec struct {
 	SessionShell string
 	// Seal runs the command sealed (backends with CapSealedExec).
 	Seal Seal
+	// StepKey is the caller's name for this step of its work (backends
+	// with CapStepKeys): recorded in the journal (ExecInfo.StepKey); a
+	// start with the step key of an earlier exec of the sandbox is
+	// AlreadyExists, naming that exec. At most MaxStepKey bytes.
+	StepKey string
 }
+
+// MaxStepKey is the longest exec step key, in bytes.
+const MaxStepKey = 256
 
 // Seal says how an exec is sealed from the rest of its sandbox: while it
 // runs every other process of the sandbox is frozen (SealFreeze) or killed
@@ -236,6 +244,8 @@ type ExecInfo struct {
 	// Session it ran in, if any; Sealed if it ran sealed.
 	Session string
 	Sealed  bool
+	// StepKey is ExecSpec.StepKey.
+	StepKey string
 }
 
 // Stats is what a sandbox uses.

@@ -23,6 +23,7 @@ func execCases() []Case {
 		{Name: "ReadOutputFromOffsets", Run: testOffsets},
 		{Name: "CommandJournal", Run: testJournal},
 		{Name: "UnknownExecIsNotFound", Run: testUnknownExec},
+		{Name: "StepKeysOncePerSandbox", Needs: []sandbox.Capability{sandbox.CapStepKeys}, Run: testStepKeys},
 		// The container tier's syscall policy: new user namespaces and
 		// mounts are refused (other tiers have a kernel of their own).
 		{Name: "SyscallPolicy", Tiers: []sandbox.Tier{sandbox.TierContainer}, Run: testSyscallPolicy},
@@ -277,6 +278,41 @@ func testJournal(t *testing.T, f *Fixture) {
 	}
 	if !seenA || !seenB {
 		t.Errorf("ListExecs = %+v; want %s ended with 4 (3 bytes out) and %s running", execs, a, b)
+	}
+}
+
+// testStepKeys: an exec's step key is in the journal, and a second exec
+// with it is refused with AlreadyExists naming the first, while the
+// first runs and after it ended; other sandboxes are not affected.
+func testStepKeys(t *testing.T, f *Fixture) {
+	ctx := ctxFor(t)
+	id, other := create(t, f, sandbox.Resources{}), create(t, f, sandbox.Resources{})
+	long := start(t, f, id, sandbox.ExecSpec{Argv: []string{"sleep", "30"}, StepKey: "step/1"})
+	defer f.Backend.Signal(context.Background(), id, long, 9)
+	spec := sh("echo again")
+	spec.ID, spec.StepKey = "again1", "step/1"
+	if err := f.Backend.StartExec(ctx, id, spec); !errdefs.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), long) {
+		t.Errorf("StartExec(step/1 while its exec runs) = %v, want AlreadyExists naming %s", err, long)
+	}
+	done := start(t, f, id, sandbox.ExecSpec{Argv: []string{"/bin/sh", "-c", "exit 3"}, StepKey: "step/2"})
+	wait(t, f, id, done)
+	spec.ID, spec.StepKey = "again2", "step/2"
+	if err := f.Backend.StartExec(ctx, id, spec); !errdefs.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), done) {
+		t.Errorf("StartExec(step/2 after its exec ended) = %v, want AlreadyExists naming %s", err, done)
+	}
+	if r := Exec(t, f, other, sandbox.ExecSpec{Argv: []string{"/bin/sh", "-c", "exit 0"}, StepKey: "step/1"}); r.Code != 0 {
+		t.Errorf("step/1 in another sandbox = %+v, want it run", r.ExitStatus)
+	}
+	execs, err := f.Backend.ListExecs(ctx, id)
+	if err != nil {
+		t.Fatalf("ListExecs = %v", err)
+	}
+	keys := map[string]string{}
+	for _, e := range execs {
+		keys[e.ID] = e.StepKey
+	}
+	if keys[long] != "step/1" || keys[done] != "step/2" || len(keys) != 2 {
+		t.Errorf("ListExecs step keys = %v, want %s: step/1 and %s: step/2 only", keys, long, done)
 	}
 }
 

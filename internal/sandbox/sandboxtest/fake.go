@@ -45,7 +45,8 @@ type FakeNode struct {
 	// CreateBlock, when set, is received from before Create returns (a
 	// test holds a create in flight).
 	CreateBlock chan struct{} // guarded by mu
-	// Features are what the fake declares (nil: restart and tty).
+	// Features are what the fake declares (nil: restart, tty and step
+	// keys).
 	Features []sandbox.Capability // guarded by mu
 	// Run decides how a command ends; nil runs argv as: "exit N" exits N,
 	// "sleep" runs until Finish, anything else prints its argv and exits 0.
@@ -197,7 +198,7 @@ func (f *Fake) Describe() sandbox.Description {
 	defer f.n.mu.Unlock()
 	feats := f.n.Features
 	if feats == nil {
-		feats = []sandbox.Capability{sandbox.CapRestart, sandbox.CapTTY}
+		feats = []sandbox.Capability{sandbox.CapRestart, sandbox.CapTTY, sandbox.CapStepKeys}
 	}
 	return sandbox.Description{Name: f.name, Tier: TierFake, Features: slices.Clone(feats)}
 }
@@ -369,6 +370,13 @@ func (f *Fake) StartExec(ctx context.Context, id string, spec sandbox.ExecSpec) 
 	if _, ok := b.execs[spec.ID]; ok {
 		return errdefs.Newf(errdefs.ErrAlreadyExists, "exec %s exists", spec.ID)
 	}
+	if spec.StepKey != "" {
+		for _, xid := range b.order {
+			if b.execs[xid].spec.StepKey == spec.StepKey {
+				return errdefs.Newf(errdefs.ErrAlreadyExists, "step key %q is exec %s's in sandbox %s", spec.StepKey, xid, id)
+			}
+		}
+	}
 	x := &fakeExec{spec: spec, started: time.Now(), done: make(chan struct{})}
 	b.execs[spec.ID] = x
 	b.order = append(b.order, spec.ID)
@@ -522,7 +530,7 @@ func (f *Fake) ListExecs(ctx context.Context, id string) ([]sandbox.ExecInfo, er
 	for _, xid := range b.order {
 		x := b.execs[xid]
 		info := sandbox.ExecInfo{ID: xid, Argv: x.spec.Argv, TTY: x.spec.TTY, Started: x.started, Running: x.exit == nil,
-			StdoutBytes: int64(x.out[0].Len()), StderrBytes: int64(x.out[1].Len())}
+			StdoutBytes: int64(x.out[0].Len()), StderrBytes: int64(x.out[1].Len()), StepKey: x.spec.StepKey}
 		if x.exit != nil {
 			st := *x.exit
 			info.Exit = &st

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsecproject/dsec/api/dsec/admin/v1/adminv1connect"
 	"github.com/dsecproject/dsec/api/dsec/image/v1/imagev1connect"
+	"github.com/dsecproject/dsec/api/dsec/rollout/v1/rolloutv1connect"
 	"github.com/dsecproject/dsec/api/dsec/sandbox/v1/sandboxv1connect"
 )
 
@@ -24,10 +25,11 @@ const userAgent = "dsec-go"
 type Client struct {
 	addr      string
 	sandboxes sandboxv1connect.SandboxServiceClient
-	// images and admin are made on first use: a short-lived program
-	// (the CLI's dsec exec) then builds only the service it calls.
-	images func() imagev1connect.ImageServiceClient
-	admin  func() adminv1connect.AdminServiceClient
+	// images, admin and rollouts are made on first use: a short-lived
+	// program (the CLI's dsec exec) then builds only the service it calls.
+	images   func() imagev1connect.ImageServiceClient
+	admin    func() adminv1connect.AdminServiceClient
+	rollouts func() rolloutv1connect.RolloutServiceClient
 
 	// createRetries and logger are Config's CreateRetries and Logger.
 	createRetries int
@@ -85,6 +87,9 @@ func New(cfg Config) (*Client, error) {
 	})
 	c.admin = sync.OnceValue(func() adminv1connect.AdminServiceClient {
 		return adminv1connect.NewAdminServiceClient(hc, addr, opts...)
+	})
+	c.rollouts = sync.OnceValue(func() rolloutv1connect.RolloutServiceClient {
+		return rolloutv1connect.NewRolloutServiceClient(hc, addr, opts...)
 	})
 	return c, nil
 }

@@ -58,6 +58,16 @@
 // a fresh sandbox of the original image and runs the grader there
 // (docs/grading.md in the repository says when to use which).
 //
+// # Rollouts and steps
+//
+// CreateRollout makes the sandboxes of one agent rollout together (a
+// worker, the agent's sandbox, helpers) with one ID, one lifetime and a
+// small status (SetRolloutStatus); Rollout(id) reconnects to it after a
+// restart. An exec's StepKey (WithStepKey) names a step of the work: a
+// second exec with the key is refused, and RunSteps runs a list of steps
+// each at most once, reading back the journal's results of those that ran
+// and following those that run (docs/rollouts.md in the repository).
+//
 // # Files
 //
 // ReadFile, WriteFile, Download and Upload move single files; Stat,

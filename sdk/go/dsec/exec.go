@@ -66,6 +66,12 @@ type ExecRequest struct {
 	// image's original layers read-only at /.dsec/image, and nothing of the
 	// sandbox can ptrace or signal it. For graders of untrusted work.
 	Sealed Seal
+	// StepKey names this step of the caller's work in the sandbox's
+	// journal (at most MaxStepKey bytes): an exec with the step key of an
+	// earlier exec of the sandbox is refused with ErrAlreadyExists, naming
+	// it, so that a restarted client finds the step (ListExecs with
+	// WithStepKeys) instead of running it twice. RunSteps does that.
+	StepKey string
 }
 
 // Seal says whether and how a command runs sealed (ExecRequest.Sealed).
@@ -140,6 +146,9 @@ func WithStdinOpen() ExecOption { return func(r *ExecRequest) { r.StdinOpen = tr
 
 // WithOutputLimit caps each of the command's output streams at n bytes.
 func WithOutputLimit(n int64) ExecOption { return func(r *ExecRequest) { r.OutputLimit = n } }
+
+// WithStepKey gives the command a step key (ExecRequest.StepKey).
+func WithStepKey(key string) ExecOption { return func(r *ExecRequest) { r.StepKey = key } }
 
 // WithSealed runs the command sealed: SealFreeze freezes the sandbox's other
 // processes while it runs, SealKill kills them (see ExecRequest.Sealed).
@@ -286,6 +295,9 @@ func (s *Sandbox) checkExec(req ExecRequest) error {
 	if req.OutputLimit < 0 {
 		return newError(ErrInvalidArgument, "exec: output limit %d is negative", req.OutputLimit)
 	}
+	if len(req.StepKey) > MaxStepKey {
+		return newError(ErrInvalidArgument, "exec: a step key of %d bytes: at most %d", len(req.StepKey), MaxStepKey)
+	}
 	if req.Sealed < SealNone || req.Sealed > SealKill {
 		return newError(ErrInvalidArgument, "exec: %v is not a seal (SealNone, SealFreeze or SealKill)", req.Sealed)
 	}
@@ -423,6 +435,7 @@ func (s *Sandbox) execRequest(req ExecRequest) *sandboxv1.ExecRequest {
 		Session:      req.Session,
 		SessionShell: req.SessionShell,
 		Sealed:       req.Sealed.proto(),
+		StepKey:      req.StepKey,
 	}
 }
 

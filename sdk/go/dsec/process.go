@@ -246,15 +246,17 @@ type ExecInfo struct {
 	Session string
 	// Sealed: the command ran sealed.
 	Sealed bool
+	// StepKey is the exec's step key (ExecRequest.StepKey), if any.
+	StepKey string
 }
 
 // ListExecs returns the sandbox's command journal: every exec and its
-// result, oldest first.
-func (s *Sandbox) ListExecs(ctx context.Context) ([]ExecInfo, error) {
+// result, oldest first (WithStepKeys: only the execs of those step keys).
+func (s *Sandbox) ListExecs(ctx context.Context, opts ...ListExecsOption) ([]ExecInfo, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	resp, err := s.c.sandboxes.ListExecs(ctx, connect.NewRequest(&sandboxv1.ListExecsRequest{SandboxId: s.ID}))
+	resp, err := s.listExecs(ctx, opts)
 	if err != nil {
 		return nil, s.c.err(err)
 	}
@@ -270,6 +272,7 @@ func (s *Sandbox) ListExecs(ctx context.Context) ([]ExecInfo, error) {
 			StderrBytes: e.GetStderrBytes(),
 			Session:     e.GetSession(),
 			Sealed:      e.GetSealed(),
+			StepKey:     e.GetStepKey(),
 		}
 		if e.GetExit() != nil {
 			info.Exit = exitStatus(e.GetExecId(), e.GetExit())

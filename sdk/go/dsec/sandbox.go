@@ -88,6 +88,8 @@ type Sandbox struct {
 	// NetworkPolicy is the sandbox's network policy; nil is none. The
 	// Network method reports its counters and denials.
 	NetworkPolicy *NetworkPolicy
+	// Rollout is the rollout the sandbox is a member of, if any.
+	Rollout string
 
 	c *Client
 }
@@ -306,6 +308,7 @@ func (c *Client) sandboxFromProto(p *sandboxv1.Sandbox) *Sandbox {
 		IdleAction:      p.GetIdleAction(),
 		PausedAt:        timeOf(p.GetPausedAt()),
 		PausedExpiresAt: timeOf(p.GetPausedExpiresAt()),
+		Rollout:         p.GetRollout(),
 		c:               c,
 	}
 	if p.GetIdleTtl() != nil {

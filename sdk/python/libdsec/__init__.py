@@ -35,6 +35,8 @@ from .config import Config, load_config  # noqa: E402
 from .network import NetworkDenial, NetworkInfo, NetworkResult  # noqa: E402
 from .pack import Pack  # noqa: E402
 from .sandbox import Process, Sandbox, Session  # noqa: E402
+from .rollout import Rollout, RolloutMember, member  # noqa: E402
+from .types import Step, StepResult  # noqa: E402
 from .client import DSecClient, DSecContainerRunArgs, WatchStream, parse_size  # noqa: E402
 from .types import DiskUsage, GCResult, ImageDetails, KeptLayer, LayerUsage, Project, ProjectLimits  # noqa: E402
 
@@ -49,4 +51,5 @@ __all__ = [
     "ResourceExhaustedError", "DeadlineExceededError", "UnauthenticatedError", "PermissionDeniedError",
     "UnavailableError", "InternalError", "CapabilityMissingError", "ArchiveError",
     "Pack", "NetworkInfo", "NetworkDenial", "NetworkResult",
+    "Rollout", "RolloutMember", "member", "Step", "StepResult",
 ]

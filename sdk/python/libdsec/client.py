@@ -10,6 +10,7 @@ from . import __version__, _wire, errors
 from ._transport import NoRetry, ServerStream, Transport, _forked_leftovers
 from .config import Config, load_config
 from .network import Network, NetworkResult, network_request, results_of
+from .rollout import Rollout, _spec
 from .sandbox import Sandbox, Source, _chunks, check_idle_action, pause_call, pause_results_of
 from .types import BatchResult, Event, Image, ImageConfig, Key, Layer, PauseResult
 from .types import DiskUsage, GCResult, ImageDetails, LayerUsage, Project
@@ -19,6 +20,7 @@ __all__ = ["DSecClient", "DSecContainerRunArgs", "WatchStream", "parse_size", "M
 _SVC = "dsec.sandbox.v1.SandboxService/"
 _IMG = "dsec.image.v1.ImageService/"
 _ADM = "dsec.admin.v1.AdminService/"
+_RO = "dsec.rollout.v1.RolloutService/"
 
 MIB = 1 << 20
 
@@ -465,6 +467,57 @@ class DSecClient:
             raise errors.InvalidArgumentError("delete: empty sandbox ID")
         await self._transport().unary(_SVC + "Delete", {"id": id}, timeout=self._call_timeout(timeout),
                                       safe=False)
+
+    # --- rollouts -------------------------------------------------------------
+
+    async def create_rollout(self, spec: Mapping[str, Any], *, idempotency_key: Optional[str] = None,
+                             timeout: Optional[float] = 120) -> Rollout:
+        """Make a rollout and every member, all or none, on one node, and
+        return it once every member runs (:class:`Rollout`).
+
+        spec is the API's rollout.v1.Spec as JSON (the file ``dsec rollout
+        create -f`` reads): ``labels``, ``ttl``/``idleTtl``/``pausedTtl``
+        (seconds or "Ns"), ``idleAction``, and ``members``, each
+        ``{"name", "role", "sandbox": {...}}`` (:func:`libdsec.rollout.member`
+        builds one from create's arguments). With idempotency_key a retry
+        of the same spec returns the same rollout (kept 24 h)."""
+        req: Dict[str, Any] = {"spec": _spec(spec)}
+        if idempotency_key:
+            req["idempotencyKey"] = idempotency_key
+        t = self._transport()
+        keyed = bool(idempotency_key)
+
+        async def once(remaining: Optional[float]) -> Dict[str, Any]:
+            try:
+                return await t.unary(_RO + "Create", req, timeout=remaining, safe=False)
+            except errors.UnavailableError as e:
+                if keyed:
+                    raise
+                raise NoRetry(e) from None
+
+        resp = await t.call(once, timeout=timeout, safe=True, what="create rollout")
+        return Rollout._from_json(self, resp.get("rollout") or {})
+
+    async def rollout(self, id: str, *, timeout: Optional[float] = None) -> Rollout:
+        """Return the rollout with the given ID: how a trainer reconnects to
+        its rollouts after a restart (NotFoundError if it is gone)."""
+        if not id:
+            raise errors.InvalidArgumentError("rollout: empty rollout ID (list_rollouts lists them)")
+        resp = await self._transport().unary(_RO + "Get", {"id": id}, timeout=self._call_timeout(timeout), safe=True)
+        return Rollout._from_json(self, resp.get("rollout") or {})
+
+    async def list_rollouts(self, selector: Selector = None, *, timeout: Optional[float] = None) -> List[Rollout]:
+        """Return the rollouts whose labels match every k=v of selector, in
+        ID order."""
+        resp = await self._transport().unary(_RO + "List", {"selector": selector_of(selector)},
+                                             timeout=self._call_timeout(timeout), safe=True)
+        return [Rollout._from_json(self, r) for r in resp.get("rollouts") or []]
+
+    async def delete_rollout(self, id: str, *, timeout: Optional[float] = None) -> None:
+        """Delete a rollout and every member."""
+        if not id:
+            raise errors.InvalidArgumentError("delete_rollout: empty rollout ID")
+        await self._transport().unary(_RO + "Delete", {"id": id}, timeout=self._call_timeout(timeout), safe=False)
 
     async def delete_by_labels(self, selector: Selector, *, timeout: Optional[float] = None) -> List[str]:
         """Stop and remove every sandbox whose labels match every k=v of

@@ -15,7 +15,7 @@ from ._transport import NoRetry, ServerStream, Transport
 from .network import Network, NetworkInfo, network_request, policy_of, results_of
 from .pack import Pack
 from .types import (DirListing, ExecInfo, ExecResult, ExitStatus, FileInfo, GradeResult, OutputChunk, PauseResult,
-                    Resources, SessionInfo, Stats, TarStats)
+                    Resources, SessionInfo, Stats, Step, StepResult, TarStats)
 
 if TYPE_CHECKING:
     from .client import DSecClient
@@ -79,6 +79,43 @@ Command = Union[str, Sequence[str]]
 Sealed = Union[bool, str, None]
 
 _SESSION_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+# The longest step key, in bytes; how often a step whose stream broke is
+# followed (or looked up) again.
+_MAX_STEP_KEY = 256
+_STEP_TRIES = 8
+
+
+def _step_key(key: Optional[str]) -> Optional[str]:
+    if key is None or key == "":
+        return None
+    if not isinstance(key, str):
+        raise errors.InvalidArgumentError("step_key must be a string, not %s" % type(key).__name__)
+    if len(key.encode("utf-8")) > _MAX_STEP_KEY:
+        raise errors.InvalidArgumentError("step key of %d bytes: at most %d" % (len(key.encode("utf-8")),
+                                                                                  _MAX_STEP_KEY))
+    return key
+
+
+def _step_of(s: Any) -> Step:
+    if isinstance(s, Step):
+        return s
+    if isinstance(s, Mapping):
+        opts = {k: v for k, v in s.items() if k not in ("key", "command", "exec_id")}
+        return Step(key=s.get("key", ""), command=s.get("command", ""), exec_id=s.get("exec_id", ""), options=opts)
+    if isinstance(s, (tuple, list)) and len(s) == 2:
+        return Step(key=s[0], command=s[1])
+    raise errors.InvalidArgumentError("a step is a Step, a mapping {key, command, ...} or a (key, command) pair, "
+                                      "not %r" % (s,))
+
+
+def _step_result(res: ExecResult, key: str, source: str) -> StepResult:
+    fields = {f.name: getattr(res, f.name) for f in dataclasses.fields(ExecResult)}
+    return StepResult(**fields, step_key=key, source=source)
+
+
+def _backoff(attempt: int) -> float:
+    return min(5.0, 0.25 * (2 ** (attempt - 1)))
 
 
 def _seal(sealed: Sealed) -> Optional[str]:
@@ -381,8 +418,11 @@ class Sandbox:
                   user: Optional[str], stdin: Optional[Data], timeout: Optional[_wire.Seconds], stdin_open: bool,
                   tty: bool, rows: int, cols: int, output_limit: Optional[int], detach: bool,
                   sealed: Sealed = None, session: Optional[str] = None,
-                  session_shell: Optional[str] = None) -> Dict[str, Any]:
+                  session_shell: Optional[str] = None, step_key: Optional[str] = None) -> Dict[str, Any]:
         msg: Dict[str, Any] = {"sandboxId": self.id}
+        key = _step_key(step_key)
+        if key is not None:
+            msg["stepKey"] = key
         _set_command(msg, command, "exec", "\"echo hello\"", "[\"ls\", \"-l\"]")
         if env:
             msg["env"] = _wire.string_map(env, "env")
@@ -430,7 +470,7 @@ class Sandbox:
                     user: Optional[str] = None, stdin: Optional[Data] = None,
                     timeout: Optional[_wire.Seconds] = None, stdin_open: bool = False, tty: bool = False,
                     rows: int = 0, cols: int = 0, output_limit: Optional[int] = None,
-                    sealed: Sealed = None) -> "Process":
+                    sealed: Sealed = None, step_key: Optional[str] = None) -> "Process":
         """Start a command and return once it runs, as a :class:`Process`
         whose output is read by iterating it (``async for chunk in proc``)
         and whose end is ``await proc.wait()``.
@@ -460,9 +500,15 @@ class Sandbox:
                 image's original layers read-only at /.dsec/image, and
                 nothing of the sandbox can ptrace or signal it. The result
                 then says ``sealed``. For graders.
+            step_key: names this step of your work in the sandbox's journal
+                (at most 256 bytes): a command with the step key of an
+                earlier command of the sandbox raises AlreadyExistsError
+                naming it, so that a restarted client finds the step
+                (``list_execs(step_keys=[...])``) instead of running it
+                twice. :meth:`run_steps` does that for a list of steps.
         """
         msg = self._exec_msg(command, env, cwd, user, stdin, timeout, stdin_open, tty, rows, cols, output_limit,
-                             False, sealed=sealed)
+                             False, sealed=sealed, step_key=step_key)
         return await self._start_msg(msg)
 
     async def _start_msg(self, msg: Dict[str, Any]) -> "Process":
@@ -474,14 +520,14 @@ class Sandbox:
     async def exec(self, command: Command, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
                    user: Optional[str] = None, stdin: Optional[Data] = None,
                    timeout: Optional[_wire.Seconds] = None, output_limit: Optional[int] = None,
-                   sealed: Sealed = None) -> ExecResult:
+                   sealed: Sealed = None, step_key: Optional[str] = None) -> ExecResult:
         """Run a command, wait for it and return its output and exit status.
         A string runs with ``/bin/sh -c``, a list directly; the other
         arguments are those of :meth:`start`. A command that fails is not an
         error: look at ``exit_code``, ``signal``, ``timed_out``, or call
         ``result.check()``."""
         proc = await self.start(command, env=env, cwd=cwd, user=user, stdin=stdin, timeout=timeout,
-                                output_limit=output_limit, sealed=sealed)
+                                output_limit=output_limit, sealed=sealed, step_key=step_key)
         return await proc.wait()
 
     async def run_shell(self, command: str, **kwargs: Any) -> ExecResult:
@@ -495,13 +541,13 @@ class Sandbox:
                             cwd: Optional[str] = None, user: Optional[str] = None, stdin: Optional[Data] = None,
                             timeout: Optional[_wire.Seconds] = None, stdin_open: bool = False, tty: bool = False,
                             rows: int = 0, cols: int = 0, output_limit: Optional[int] = None,
-                            sealed: Sealed = None) -> str:
+                            sealed: Sealed = None, step_key: Optional[str] = None) -> str:
         """Start a command in the background and return its exec ID as soon
         as it runs. Its output is kept in the sandbox: follow it with
         :meth:`attach`, list it with :meth:`list_execs`. Arguments are those
         of :meth:`start`."""
         msg = self._exec_msg(command, env, cwd, user, stdin, timeout, stdin_open, tty, rows, cols, output_limit,
-                             True, sealed=sealed)
+                             True, sealed=sealed, step_key=step_key)
         stream = await self._t.server_stream(_SVC + "Exec", msg)
         proc = Process(self, stream, "")
         try:
@@ -563,12 +609,116 @@ class Sandbox:
         await self._t.unary(_SVC + "ResizeTTY", {"sandboxId": self.id, "execId": exec_id, "rows": rows,
                                                  "cols": cols}, timeout=self._timeout(timeout), safe=True)
 
-    async def list_execs(self, *, timeout: Optional[float] = None) -> List[ExecInfo]:
+    async def list_execs(self, *, step_keys: Optional[Iterable[str]] = None,
+                         timeout: Optional[float] = None) -> List[ExecInfo]:
         """Return the sandbox's command journal: every exec and its result,
-        oldest first."""
-        resp = await self._t.unary(_SVC + "ListExecs", {"sandboxId": self.id}, timeout=self._timeout(timeout),
-                                   safe=True)
+        oldest first; with step_keys, only the execs of those step keys."""
+        msg: Dict[str, Any] = {"sandboxId": self.id}
+        if step_keys:
+            msg["stepKeys"] = _wire.string_list(step_keys, "step_keys")
+        resp = await self._t.unary(_SVC + "ListExecs", msg, timeout=self._timeout(timeout), safe=True)
         return [ExecInfo._from_json(e) for e in resp.get("execs") or []]
+
+    # --- steps: commands that run at most once -------------------------------
+
+    async def run_step(self, key: str, command: Command, *, exec_id: str = "", **options: Any) -> StepResult:
+        """Run one step at most once in the sandbox: its recorded result if
+        it ran, its end if it runs, else it runs now (see
+        :meth:`run_steps`). options are those of :meth:`exec`."""
+        return (await self.run_steps([Step(key=key, command=command, exec_id=exec_id, options=options)]))[0]
+
+    async def run_steps(self, steps: Iterable[Any]) -> List[StepResult]:
+        """Run steps in order, each at most once in the sandbox, and return
+        their results (:class:`StepResult`: an ExecResult with ``source``).
+
+        A step is a :class:`Step`, a mapping ``{"key", "command", ...exec
+        options}`` or a ``(key, command)`` pair. The journal is read once: a
+        step it holds (by key, or by exec_id) is not run again: an ended
+        one's result and output are read back ("recorded"), a running one
+        is followed to its end ("attached"). A step the journal lacks runs
+        with its key as the command's step key ("ran"); if another client
+        started it meanwhile (the key is taken), that command is followed
+        instead. A stream that breaks is followed again by exec ID, and a
+        start whose fate is unknown (the stream broke before the server
+        said it started) is looked up by its key before it is tried again.
+        A restarted trainer or worker calls it with the same steps and
+        fast-forwards to where it was. A command that fails is a result,
+        not an error.
+        """
+        plan = [_step_of(s) for s in steps]
+        for s in plan:
+            _step_key(s.key)
+        keys = [s.key for s in plan if s.key]
+        by_id = any(s.exec_id for s in plan)
+        journal: List[ExecInfo] = []
+        if keys or by_id:
+            journal = await self.list_execs(step_keys=None if by_id else keys)
+        out: List[StepResult] = []
+        for s in plan:
+            found = next((e for e in journal if (s.key and e.step_key == s.key) or
+                          (s.exec_id and e.exec_id == s.exec_id)), None)
+            if found is not None:
+                out.append(await self._follow_step(found.exec_id, s.key, "attached" if found.running else "recorded"))
+            else:
+                out.append(await self._start_step(s))
+        return out
+
+    async def _start_step(self, s: Step) -> StepResult:
+        for attempt in range(1, _STEP_TRIES + 1):
+            taken = False
+            try:
+                proc = await self.start(s.command, step_key=s.key or None, **s.options)
+            except errors.AlreadyExistsError:
+                if not s.key:
+                    raise
+                taken = True
+            except errors.UnavailableError:
+                # Unknown whether it started: its key says, below.
+                if not s.key or attempt == _STEP_TRIES:
+                    raise
+                await asyncio.sleep(_backoff(attempt))
+            else:
+                try:
+                    return _step_result(await proc.wait(), s.key, "ran")
+                except errors.UnavailableError:
+                    if not proc.exec_id:
+                        raise
+                    # It started; its stream broke: follow it, never start
+                    # it again.
+                    return await self._follow_step(proc.exec_id, s.key, "ran")
+                finally:
+                    await proc.close()
+            try:
+                found = await self.list_execs(step_keys=[s.key])
+            except errors.UnavailableError:
+                if attempt == _STEP_TRIES:
+                    raise
+                continue
+            if found:
+                return await self._follow_step(found[0].exec_id, s.key, "attached" if found[0].running else "recorded")
+            if taken:
+                raise errors.AlreadyExistsError("step key %r is taken in sandbox %s, yet no exec of it is in its "
+                                                "journal" % (s.key, self.id))
+        raise errors.UnavailableError("step %r in sandbox %s: the server could not be reached" % (s.key, self.id))
+
+    async def _follow_step(self, exec_id: str, key: str, source: str) -> StepResult:
+        for attempt in range(1, _STEP_TRIES + 1):
+            try:
+                proc = await self.attach(exec_id)
+            except errors.UnavailableError:
+                if attempt == _STEP_TRIES:
+                    raise
+                await asyncio.sleep(_backoff(attempt))
+                continue
+            try:
+                return _step_result(await proc.wait(), key, source)
+            except errors.UnavailableError:
+                if attempt == _STEP_TRIES:
+                    raise
+                await asyncio.sleep(_backoff(attempt))
+            finally:
+                await proc.close()
+        raise AssertionError("unreachable")
 
     # --- sessions and grading ---------------------------------------------
 

@@ -40,10 +40,12 @@ from . import client as _client
 from .client import DSecContainerRunArgs, parse_size
 from . import errors as _errors
 from .errors import *  # noqa: F401,F403  (the same exceptions)
+from .rollout import Rollout as _ARollout
 from .sandbox import Process as _AProcess, Sandbox as _ASandbox, Session as _ASession
 from .types import BatchResult, Event
 
-__all__ = ["DSecClient", "DSecContainerRunArgs", "Sandbox", "Process", "Session", "WatchStream", "parse_size"] + list(
+__all__ = ["DSecClient", "DSecContainerRunArgs", "Sandbox", "Process", "Session", "Rollout", "WatchStream",
+           "parse_size"] + list(
     _errors.__all__)
 
 T = TypeVar("T")
@@ -186,6 +188,8 @@ def _wrap(loop: _Loop, v: Any) -> Any:
         return Process(loop, v)
     if isinstance(v, _ASession):
         return Session(loop, v)
+    if isinstance(v, _ARollout):
+        return Rollout(loop, v)
     if isinstance(v, _client.WatchStream):
         return WatchStream(loop, v)
     if isinstance(v, list):
@@ -211,6 +215,20 @@ class Sandbox(_Wrapper):
 class Session(_Wrapper):
     """A shell session of a sandbox (``sandbox.session("main")``); see
     :class:`libdsec.Session`: ``session.run("cd /tmp")``."""
+
+
+class Rollout(_Wrapper):
+    """A rollout; see :class:`libdsec.Rollout`: ``rollout.status``,
+    ``rollout.set_status({...})``, ``rollout.member("agent")``."""
+
+    def member(self, name: str) -> Sandbox:
+        """Return a handle to the sandbox of the member called name."""
+        return Sandbox(self._loop, self._target.member(name))
+
+    def worker(self) -> Optional[Sandbox]:
+        """Return a handle to the worker member's sandbox, or None."""
+        sb = self._target.worker()
+        return None if sb is None else Sandbox(self._loop, sb)
 
 
 class Process(_Wrapper):

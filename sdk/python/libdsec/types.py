@@ -190,6 +190,7 @@ class ExecInfo:
             up to which attach can replay them.
         session: the shell session it ran in, if any.
         sealed: it ran sealed.
+        step_key: its step key (``exec(..., step_key=...)``), if any.
     """
 
     exec_id: str
@@ -202,6 +203,7 @@ class ExecInfo:
     stderr_bytes: int = 0
     session: str = ""
     sealed: bool = False
+    step_key: str = ""
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "ExecInfo":
@@ -210,7 +212,42 @@ class ExecInfo:
                    started_at=_wire.parse_timestamp(m.get("startedAt")), running=bool(m.get("running")),
                    exit=ExitStatus._from_json(exec_id, m["exit"]) if m.get("exit") is not None else None,
                    stdout_bytes=_wire.to_int(m.get("stdoutBytes")), stderr_bytes=_wire.to_int(m.get("stderrBytes")),
-                   session=m.get("session") or "", sealed=bool(m.get("sealed")))
+                   session=m.get("session") or "", sealed=bool(m.get("sealed")), step_key=m.get("stepKey") or "")
+
+
+@dataclasses.dataclass
+class Step:
+    """One command of a job, for :meth:`Sandbox.run_steps`.
+
+    Attributes:
+        key: its step key: unique in the sandbox, at most 256 bytes. A step
+            without one is found by exec_id only.
+        command: a string runs with ``/bin/sh -c``, a list directly.
+        exec_id: the exec of an earlier run of this step, when known.
+        options: the other arguments of :meth:`Sandbox.exec` (env, cwd,
+            user, stdin, timeout, output_limit).
+    """
+
+    key: str = ""
+    command: Any = ""
+    exec_id: str = ""
+    options: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class StepResult(ExecResult):
+    """A step's result: how its command ended and its whole output, as an
+    :class:`ExecResult`, and where it came from.
+
+    Attributes:
+        step_key: the step's key.
+        source: "ran" (it had never started: it ran now), "attached" (it
+            was running: followed to its end) or "recorded" (it had ended:
+            read back from the journal).
+    """
+
+    step_key: str = ""
+    source: str = "ran"
 
 
 @dataclasses.dataclass

@@ -35,6 +35,7 @@ var commands = map[string]func(args []string) error{
 	"inotify":  inotifyCmd,
 	"hijack":   hijackCmd,
 	"memhold":  memholdCmd,
+	"api":      apiCmd,
 }
 
 func main() {

@@ -140,7 +140,7 @@ func (b *Backend) watchKeeper() {
 func (b *Backend) Describe() sandbox.Description {
 	d := sandbox.Description{Name: Name, Tier: sandbox.TierContainer, Features: []sandbox.Capability{
 		sandbox.CapMemoryLimit, sandbox.CapPidsLimit, sandbox.CapTTY, sandbox.CapRestart, sandbox.CapSealedExec,
-		sandbox.CapSessions,
+		sandbox.CapSessions, sandbox.CapStepKeys,
 	}}
 	if b.cfg.DiskQuota != "off" {
 		d.Features = append(d.Features, sandbox.CapDiskLimit)
@@ -254,8 +254,23 @@ func (b *Backend) StartExec(ctx context.Context, id string, spec sandbox.ExecSpe
 				"the node keeper (pid %d) speaks keeper protocol %d, which has no sealed execs: restart dsec up once the sandboxes on lazy layers it serves are gone, so that a keeper of this dsec replaces it", v.Pid, v.Protocol)
 		}
 	}
+	if spec.StepKey != "" {
+		// An older keeper would ignore the field: the step would run again
+		// and nothing would record it.
+		v, err := b.keeper.Version(ctx)
+		if err != nil {
+			return err
+		}
+		if v.Protocol < stepKeyProtocol {
+			return errdefs.Newf(errdefs.ErrFailedPrecondition,
+				"the node keeper (pid %d) speaks keeper protocol %d, which has no exec step keys: run the command without a step key, or restart dsec up once the sandboxes on lazy layers it serves are gone, so that a keeper of this dsec replaces it", v.Pid, v.Protocol)
+		}
+	}
 	return b.keeper.StartExec(ctx, keeper.ExecRequest{Sandbox: id, Spec: toKeeperExec(spec)})
 }
+
+// stepKeyProtocol is the first keeper protocol with exec step keys.
+const stepKeyProtocol = 6
 
 // WaitExec implements sandbox.Backend.
 func (b *Backend) WaitExec(ctx context.Context, id, execID string) (sandbox.ExitStatus, error) {

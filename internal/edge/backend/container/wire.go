@@ -32,6 +32,7 @@ func toKeeperExec(s sandbox.ExecSpec) keeper.ExecSpec {
 		Timeout: s.Timeout, OutputLimit: s.OutputLimit, Seal: int(s.Seal),
 	}
 	k.Session, k.SessionShell = s.Session, s.SessionShell
+	k.StepKey = s.StepKey
 	return k
 }
 
@@ -52,6 +53,7 @@ func fromKeeperExecs(in []keeper.ExecInfo) []sandbox.ExecInfo {
 			StdoutBytes: e.StdoutBytes, StderrBytes: e.StderrBytes, Sealed: e.Sealed,
 		}
 		out[i].Session = e.Session
+		out[i].StepKey = e.StepKey
 		if e.Exit != nil {
 			st := fromKeeperExit(*e.Exit)
 			out[i].Exit = &st
