@@ -38,10 +38,6 @@ const drillSteps = 6
 // resumes them, reconnects by rollout ID and finishes. No completed step
 // runs again: each step appends its number to a file in its agent's
 // sandbox, and each number must be there once.
-//
-// It needs pause and resume by selector, built beside rollouts (issue 15):
-// until they are merged the pause fails with FailedPrecondition ("this
-// node cannot pause sandboxes yet") and so does this test.
 func TestRolloutPreemptionDrill(t *testing.T) {
 	python := requirePython(t)
 	addrs := nodeAddrs(t)

@@ -8,14 +8,15 @@
 // sandbox, an exec round trip, and the raw swap-out and swap-in of the
 // same amount of memory by the same mechanism, for a process in a plain
 // cgroup of the benchmark's own; then pausing and resuming 500
-// sandboxes; and, with -mechs, the mechanisms compared (docs/pause.md).
+// sandboxes by label; and, with -mechs, the mechanisms compared
+// (docs/pause.md).
 //
 // It starts a private `dsec up --swap` with a busybox image and fills the
 // sandboxes' memory with the adversarial suite's probe (memhold). The
-// edge's API for pause is not there yet, so sandboxes are made through
-// the SDK and paused, resumed and exec'd through the node keeper's
-// client, as the container backend does. Run it as root: `make
-// bench-pause`.
+// per-size rounds pause, resume and exec through the node keeper's
+// client, as the container backend does (the node's figures), then once
+// more through the API (the SDK), as users see it; the 500 are paused and
+// resumed by label through the API. Run it as root: `make bench-pause`.
 package main
 
 import (
@@ -49,28 +50,33 @@ type SizeResult struct {
 	MiB    int `json:"mib"`
 	Rounds int `json:"rounds"`
 	// The sandbox through dsec.
-	PauseMs         float64   `json:"pause_ms"`        // Pause call (the freeze) returned
-	Out90Ms         float64   `json:"out90_ms"`        // from the Pause call until 90% of the memory left RAM
-	MovedMs         float64   `json:"moved_ms"`        // until the move out ended
-	OutPct          float64   `json:"out_pct"`         // share of the memory in swap after it
-	ResumeExecMs    float64   `json:"resume_exec_ms"`  // Resume call until an exec of `true` is done
-	ResumeCallMs    float64   `json:"resume_call_ms"`  // the Resume call alone
-	ResidentMs      float64   `json:"resident_ms"`     // Resume call until the memory is back in RAM
-	ReclaimMiBps    float64   `json:"reclaim_mib_s"`   // 90% of the memory / Out90Ms
-	PageInMiBps     float64   `json:"pagein_mib_s"`    // the memory / ResidentMs
-	Intact          bool      `json:"intact"`          // memhold's checksum after every round
-	RawFreezeMs     float64   `json:"raw_freeze_ms"`   // cgroup.freeze of the same sandbox, until frozen
-	RawThawMs       float64   `json:"raw_thaw_ms"`     // its thaw
-	ExecMs          float64   `json:"exec_ms"`         // exec round trip of `true` in it, running
-	RPCMs           float64   `json:"rpc_ms"`          // an empty call to the keeper (GET /v1/sandbox/pause)
-	RawOut90Ms      float64   `json:"raw_out90_ms"`    // a plain cgroup's process, same memory, same mechanism
-	RawOutMiBps     float64   `json:"raw_out_mib_s"`   // 90% of the memory / RawOut90Ms
-	RawResidentMs   float64   `json:"raw_resident_ms"` // its read-back (willneed, thaw) until in RAM
-	RawInMiBps      float64   `json:"raw_in_mib_s"`    // the memory / RawResidentMs
-	PauseRatio      float64   `json:"pause_ratio"`     // PauseMs / RawFreezeMs: target <= 2
-	ResumeBoundMs   float64   `json:"resume_bound_ms"` // 2 × (RawThawMs + ExecMs)
-	ReclaimRatio    float64   `json:"reclaim_ratio"`   // ReclaimMiBps / RawOutMiBps: target >= 0.8
-	SwapGrowMiB     float64   `json:"swap_grow_mib"`   // /proc/meminfo swap in use grew by this at the pause
+	PauseMs       float64 `json:"pause_ms"`        // Pause call (the freeze) returned
+	Out90Ms       float64 `json:"out90_ms"`        // from the Pause call until 90% of the memory left RAM
+	MovedMs       float64 `json:"moved_ms"`        // until the move out ended
+	OutPct        float64 `json:"out_pct"`         // share of the memory in swap after it
+	ResumeExecMs  float64 `json:"resume_exec_ms"`  // Resume call until an exec of `true` is done
+	ResumeCallMs  float64 `json:"resume_call_ms"`  // the Resume call alone
+	ResidentMs    float64 `json:"resident_ms"`     // Resume call until the memory is back in RAM
+	ReclaimMiBps  float64 `json:"reclaim_mib_s"`   // 90% of the memory / Out90Ms
+	PageInMiBps   float64 `json:"pagein_mib_s"`    // the memory / ResidentMs
+	Intact        bool    `json:"intact"`          // memhold's checksum after every round
+	RawFreezeMs   float64 `json:"raw_freeze_ms"`   // cgroup.freeze of the same sandbox, until frozen
+	RawThawMs     float64 `json:"raw_thaw_ms"`     // its thaw
+	ExecMs        float64 `json:"exec_ms"`         // exec round trip of `true` in it, running
+	RPCMs         float64 `json:"rpc_ms"`          // an empty call to the keeper (GET /v1/sandbox/pause)
+	RawOut90Ms    float64 `json:"raw_out90_ms"`    // a plain cgroup's process, same memory, same mechanism
+	RawOutMiBps   float64 `json:"raw_out_mib_s"`   // 90% of the memory / RawOut90Ms
+	RawResidentMs float64 `json:"raw_resident_ms"` // its read-back (willneed, thaw) until in RAM
+	RawInMiBps    float64 `json:"raw_in_mib_s"`    // the memory / RawResidentMs
+	PauseRatio    float64 `json:"pause_ratio"`     // PauseMs / RawFreezeMs: target <= 2
+	ResumeBoundMs float64 `json:"resume_bound_ms"` // 2 × (RawThawMs + ExecMs)
+	ReclaimRatio  float64 `json:"reclaim_ratio"`   // ReclaimMiBps / RawOutMiBps: target >= 0.8
+	SwapGrowMiB   float64 `json:"swap_grow_mib"`   // /proc/meminfo swap in use grew by this at the pause
+	// Through the API (the SDK), in a second pause of the same sandbox.
+	APIGetMs        float64   `json:"api_get_ms"`         // an empty call (Get)
+	APIExecMs       float64   `json:"api_exec_ms"`        // exec of `true`, running
+	APIPauseMs      float64   `json:"api_pause_ms"`       // the Pause call
+	APIResumeExecMs float64   `json:"api_resume_exec_ms"` // exec of `true` on the paused sandbox: resume, then the exec
 	ResumeExecSpans []float64 `json:"resume_exec_ms_all"`
 }
 
@@ -88,13 +94,15 @@ type MechResult struct {
 	Back   float64 `json:"back_ms,omitempty"`    // back: until the memory is in RAM
 }
 
-// ManyResult is pausing and resuming many sandboxes at once.
+// ManyResult is pausing and resuming many sandboxes at once, by label
+// through the API (one call each way; Pause and Resume are the per-sandbox
+// times the calls' results report).
 type ManyResult struct {
 	N           int             `json:"n"`
-	Conc        int             `json:"concurrency"`
-	PauseAllMs  float64         `json:"pause_all_ms"`  // every Pause call returned
+	Conc        int             `json:"concurrency"`   // of the keeper calls that measure and exec
+	PauseAllMs  float64         `json:"pause_all_ms"`  // the Pause by label returned
 	MovedAllMs  float64         `json:"moved_all_ms"`  // every move out ended
-	ResumeAllMs float64         `json:"resume_all_ms"` // every Resume call returned
+	ResumeAllMs float64         `json:"resume_all_ms"` // the Resume by label returned
 	ExecAllMs   float64         `json:"exec_all_ms"`   // then an exec in each, done
 	Pause       harness.Summary `json:"pause"`
 	Resume      harness.Summary `json:"resume"`
@@ -179,6 +187,13 @@ func printReport(rep *Report) {
 			s.ResumeCallMs, s.ResumeExecMs, s.ResumeBoundMs, s.ResidentMs, s.PageInMiBps, s.RawInMiBps, s.Intact)
 	}
 	_ = tw.Flush()
+	fmt.Println()
+	tw = tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "MiB\tAPI: Get ms\texec ms\tPause ms\texec on paused (resume+exec) ms\t")
+	for _, s := range rep.Sizes {
+		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.2f\t%.1f\t\n", s.MiB, s.APIGetMs, s.APIExecMs, s.APIPauseMs, s.APIResumeExecMs)
+	}
+	_ = tw.Flush()
 	if len(rep.Mechs) > 0 {
 		fmt.Println()
 		tw = tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
@@ -197,7 +212,7 @@ func printReport(rep *Report) {
 		_ = tw.Flush()
 	}
 	if m := rep.Many; m != nil {
-		fmt.Printf("\n%d sandboxes, %d calls at a time: pause all %.0f ms (p50 %.1f ms, p99 %.1f ms), moved out %.0f ms, %.0f MiB -> %.0f MiB resident; resume all %.0f ms (p50 %.1f ms, p99 %.1f ms), an exec in each %.0f ms; %d failed\n",
+		fmt.Printf("\n%d sandboxes by label through the API (%d keeper calls at a time to measure): pause all %.0f ms (p50 %.1f ms, p99 %.1f ms), moved out %.0f ms, %.0f MiB -> %.0f MiB resident; resume all %.0f ms (p50 %.1f ms, p99 %.1f ms), an exec in each %.0f ms; %d failed\n",
 			m.N, m.Conc, m.PauseAllMs, m.Pause.P50, m.Pause.P99, m.MovedAllMs, m.ResidentMiB, m.PausedMiB, m.ResumeAllMs, m.Resume.P50, m.Resume.P99, m.ExecAllMs, m.Failed)
 	}
 	fmt.Printf("\ntargets (issue 15), from this run:\n")

@@ -186,6 +186,9 @@ type sandboxRound struct {
 	pause, out90, moved, resumeCall, resumeExec, resident time.Duration
 	outPct, swapGrow                                      float64
 	intact                                                bool
+	// Through the API: Get, an exec of `true` running, Pause, and an exec
+	// of `true` on the paused sandbox (resumed by it).
+	apiGet, apiExec, apiPause, apiResumeExec time.Duration
 }
 
 // sandboxRound makes a sandbox holding mib MiB, measures it and deletes it.
@@ -286,6 +289,42 @@ func (b *bench) sandboxRound(ctx context.Context, mib int) (r sandboxRound, err 
 		return r, err
 	}
 	r.intact = check == sum
+
+	// The same through the API, as users see it: an empty call (Get) and
+	// an exec of `true` while running, the Pause call, and, once the
+	// memory is out, an exec of `true` on the paused sandbox, which
+	// resumes it first (transparent resume).
+	var gets, execs []time.Duration
+	for range 5 {
+		t := time.Now()
+		if _, err := b.d.Client.Get(ctx, sb.ID); err != nil {
+			return r, err
+		}
+		gets = append(gets, time.Since(t))
+		t = time.Now()
+		if res, err := sb.Exec(ctx, []string{"/bin/true"}); err != nil || res.Code() != 0 {
+			return r, fmt.Errorf("exec through the API: %v %+v", err, res)
+		}
+		execs = append(execs, time.Since(t))
+	}
+	r.apiGet, r.apiExec = median(gets), median(execs)
+	t2 := time.Now()
+	if _, err := sb.Pause(ctx); err != nil {
+		return r, err
+	}
+	r.apiPause = time.Since(t2)
+	if _, err := waitFor(ctx, t2, func() bool {
+		p, err := b.kc.PauseState(ctx, sb.ID)
+		return err == nil && !p.Moving
+	}); err != nil {
+		return r, fmt.Errorf("move out (API): %w", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	t3 := time.Now()
+	if res, err := sb.Exec(ctx, []string{"/bin/true"}); err != nil || res.Code() != 0 {
+		return r, fmt.Errorf("exec on a paused sandbox: %v %+v", err, res)
+	}
+	r.apiResumeExec = time.Since(t3)
 	return r, nil
 }
 
@@ -463,13 +502,14 @@ func (b *bench) rawOut(ctx context.Context, name string, p *pageout.Process, mec
 // many pauses and resumes n sandboxes, conc calls at a time.
 func (b *bench) many(ctx context.Context, n, conc int) (*ManyResult, error) {
 	res := &ManyResult{N: n, Conc: conc}
+	job := map[string]string{"job": "bench-pause-many"}
 	var ids []string
 	defer func() {
 		forAll(ids, conc, func(id string) error { return b.d.Client.Sandbox(id).Delete(context.WithoutCancel(ctx)) })
 	}()
 	for len(ids) < n {
 		k := min(n-len(ids), dsec.MaxBatch)
-		out, err := b.d.Client.BatchCreate(ctx, dsec.CreateOptions{Image: "busybox", Memory: 32 << 20, Disk: 64 << 20, CPUs: 0.5, IdleTTL: time.Hour}, k)
+		out, err := b.d.Client.BatchCreate(ctx, dsec.CreateOptions{Image: "busybox", Memory: 32 << 20, Disk: 64 << 20, CPUs: 0.5, IdleTTL: time.Hour, Labels: job}, k)
 		for _, o := range out {
 			if o.Sandbox != nil {
 				ids = append(ids, o.Sandbox.ID)
@@ -503,19 +543,29 @@ func (b *bench) many(ctx context.Context, n, conc int) (*ManyResult, error) {
 		return float64(tot) / (1 << 20)
 	}
 	res.ResidentMiB = sumResident()
-	var mu sync.Mutex
-	var pauses, resumes []time.Duration
+	// One call by label each way, through the API, as a trainer pauses
+	// its preempted job.
+	took := func(rs []dsec.PauseResult, want string) []time.Duration {
+		var ds []time.Duration
+		for _, r := range rs {
+			if r.Err != nil || r.State != want {
+				res.Failed++
+				continue
+			}
+			ds = append(ds, r.Took)
+		}
+		return ds
+	}
 	t0 := time.Now()
-	res.Failed += forAll(ids, conc, func(id string) error {
-		t := time.Now()
-		_, err := b.kc.Pause(ctx, id, false)
-		d := time.Since(t)
-		mu.Lock()
-		pauses = append(pauses, d)
-		mu.Unlock()
-		return err
-	})
+	paused, err := b.d.Client.Pause(ctx, job)
+	if err != nil {
+		return res, err
+	}
 	res.PauseAllMs = ms(time.Since(t0))
+	if len(paused) != n {
+		return res, fmt.Errorf("pause by label: %d results, want %d", len(paused), n)
+	}
+	pauses := took(paused, dsec.StatePaused)
 	moved, err := waitFor(ctx, t0, func() bool {
 		var moving atomic.Int32
 		forAll(ids, conc, func(id string) error {
@@ -533,16 +583,12 @@ func (b *bench) many(ctx context.Context, n, conc int) (*ManyResult, error) {
 	res.MovedAllMs = ms(moved)
 	res.PausedMiB = sumResident()
 	t1 := time.Now()
-	res.Failed += forAll(ids, conc, func(id string) error {
-		t := time.Now()
-		_, err := b.kc.Resume(ctx, id, false)
-		d := time.Since(t)
-		mu.Lock()
-		resumes = append(resumes, d)
-		mu.Unlock()
-		return err
-	})
+	resumed, err := b.d.Client.Resume(ctx, job)
+	if err != nil {
+		return res, err
+	}
 	res.ResumeAllMs = ms(time.Since(t1))
+	resumes := took(resumed, dsec.StateRunning)
 	t2 := time.Now()
 	res.Failed += forAll(ids, conc, func(id string) error {
 		_, err := b.execTrue(ctx, id)
@@ -757,6 +803,10 @@ func summarize(mib int, sbs []sandboxRound, raws []rawRound) SizeResult {
 	s.ExecMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.exec })
 	s.RPCMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.rpc })
 	s.SwapGrowMiB = medianF(sbs, func(r sandboxRound) float64 { return r.swapGrow })
+	s.APIGetMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.apiGet })
+	s.APIExecMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.apiExec })
+	s.APIPauseMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.apiPause })
+	s.APIResumeExecMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.apiResumeExec })
 	for _, r := range sbs {
 		s.Intact = s.Intact && r.intact
 		s.ResumeExecSpans = append(s.ResumeExecSpans, ms(r.resumeExec))

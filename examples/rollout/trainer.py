@@ -117,16 +117,10 @@ async def resume_job(client, job):
     resume it too; this resumes them all at once, so that the workers run
     on before the trainer asks anything."""
     try:
-        if hasattr(client, "resume"):
-            results = await client.resume(labels={"job": job}, timeout=120)
-            for r in results:
-                if getattr(r, "error", None):
-                    print("resume %s: %s" % (r.id, r.error), file=sys.stderr)
-        else:
-            # A libdsec from before pause and resume (issue 15): the API's
-            # call itself.
-            await client._transport().unary("dsec.sandbox.v1.SandboxService/Resume", {"selector": {"job": job}},
-                                            timeout=120, safe=True)
+        results = await client.resume(labels={"job": job}, timeout=120)
+        for r in results:
+            if r.error:
+                print("resume %s: %s" % (r.id, r.error), file=sys.stderr)
     except libdsec.FailedPreconditionError as e:
         print("resume: %s" % e, file=sys.stderr)
 
