@@ -30,6 +30,7 @@ var flattened = map[msgKey]string{
 	{"internal/keeper", "keeper request: %v"}:                                                                                             "encoding/json on the edge's own request to its keeper",
 	{"internal/keeper", "keeper settings: %v"}:                                                                                            "the keeper's check of the settings the edge pushes, from its own flags",
 	{"internal/keeper", "sealed exec: make /.dsec in the sandbox: %v (free space in its writable layer)"}:                                 "an errno of mkdirat at the sandbox's root descriptor: no path",
+	{"internal/swap", "swap record %s is damaged (%v): turn off the swap file it names by hand (swapoff), then remove the record"}:        "encoding/json on dsec up's own record in its state dir; only dsec up, down and purge read it, on the operator's host",
 	{"internal/sandbox/sandboxtest", "bad archive: %v"}:                                                                                   "the fake backend's archive/tar on a test's own stream",
 	{"internal/cgroup", "the sandboxes use more memory than the ceiling of %d bytes (%v): delete sandboxes or reserve less for the host"}: "start-up: the operator's host ceiling",
 	{"internal/cgroup", "read mountinfo: %v"}:                                                                                             "start-up: the host's cgroup layout, for the operator",

@@ -103,6 +103,10 @@ type udpState struct {
 	tokens float64
 	dtoks  float64 // denials to record
 	last   time.Time
+	// revoked counts flows a datagram found judged under an older policy
+	// that no longer allows them, and cut, between a policy's store and
+	// its rejudge: that rejudge counts them as its own.
+	revoked int
 }
 
 type udpFlow struct {
@@ -302,6 +306,9 @@ func (r *udpRelay) datagram(ctx context.Context, src, dst netip.AddrPort, b []by
 		// flow was judged: judge it again.
 		pol := sb.policy.Load()
 		if f.sb != sb || pol == nil || !pol.Decide(f.dest).Allow {
+			if f.sb == sb {
+				st.revoked++
+			}
 			r.unlink(f)
 			go f.close()
 			f = nil
@@ -440,12 +447,17 @@ func (r *udpRelay) run(ctx context.Context, f *udpFlow) {
 		case <-f.done:
 			return
 		case b := <-f.out:
-			if _, err := up.Write(b); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
-				return
-			}
+			// Counted before the write: a reply can come back (and be
+			// counted) before the write returns.
 			st.dgOut.Add(1)
 			st.bytesOut.Add(int64(len(b)))
 			sb.bytesOut.Add(int64(len(b)))
+			if _, err := up.Write(b); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+				st.dgOut.Add(-1)
+				st.bytesOut.Add(-int64(len(b)))
+				sb.bytesOut.Add(-int64(len(b)))
+				return
+			}
 		}
 	}
 }
@@ -480,12 +492,14 @@ func (r *udpRelay) replies(f *udpFlow, up net.Conn, rep *net.UDPConn) {
 }
 
 // rejudge closes sandbox id's flows pol no longer allows and returns how
-// many.
+// many, with those a datagram cut since pol was stored (revoked).
 func (r *udpRelay) rejudge(id string, pol *netpolicy.Policy) int {
 	r.mu.Lock()
 	st := r.byID[id]
 	var cut []*udpFlow
+	revoked := 0
 	if st != nil {
+		revoked, st.revoked = st.revoked, 0
 		for f := range st.flows {
 			if !pol.Decide(f.dest).Allow {
 				cut = append(cut, f)
@@ -501,7 +515,7 @@ func (r *udpRelay) rejudge(id string, pol *netpolicy.Policy) int {
 	for _, f := range cut {
 		f.close()
 	}
-	return len(cut)
+	return len(cut) + revoked
 }
 
 // remove closes sandbox id's flows and forgets its state.

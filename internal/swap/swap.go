@@ -93,7 +93,11 @@ func ReadRecord(stateDir string) (rec Record, ok bool, err error) {
 	if err != nil {
 		return Record{}, false, fmt.Errorf("read swap record: %w", err)
 	}
-	if err := json.Unmarshal(b, &rec); err != nil || rec.Path == "" {
+	err = json.Unmarshal(b, &rec)
+	if err == nil && rec.Path == "" {
+		err = errors.New("it names no swap file")
+	}
+	if err != nil {
 		return Record{}, false, errdefs.Newf(errdefs.ErrFailedPrecondition,
 			"swap record %s is damaged (%v): turn off the swap file it names by hand (swapoff), then remove the record", RecordPath(stateDir), err)
 	}
