@@ -165,17 +165,32 @@ func Current(stateDir string) (Status, error) {
 }
 
 // ours reports whether the file at rec.Path is the one rec names: its
-// device and inode, or (recorded before the file was made) a regular file
-// changed since the record was written.
+// device and inode, its size and its swap header (a file made at the name
+// after the swap file's removal may get its inode number again), or
+// (recorded before the file was made) a regular file changed since the
+// record was written.
 func ours(rec Record) bool {
 	var st unix.Stat_t
 	if err := unix.Lstat(rec.Path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return false
 	}
 	if rec.Ino != 0 {
-		return st.Dev == rec.Dev && st.Ino == rec.Ino
+		return st.Dev == rec.Dev && st.Ino == rec.Ino && st.Size == rec.Size && hasSwapMagic(rec.Path)
 	}
 	return !time.Unix(st.Ctim.Unix()).Before(rec.Created.Truncate(time.Second))
+}
+
+// hasSwapMagic reports whether the file at path ends its first page with
+// a swap header's signature.
+func hasSwapMagic(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b := make([]byte, len(swapMagic))
+	_, err = f.ReadAt(b, int64(os.Getpagesize()-len(swapMagic)))
+	return err == nil && string(b) == swapMagic
 }
 
 func writeRecord(stateDir string, rec Record) error {
