@@ -26,6 +26,7 @@ import asyncio
 import http.server
 import json
 import os
+import secrets
 import sys
 import threading
 import time
@@ -167,17 +168,22 @@ async def main():
     async with DSecClient() as client:
         state = load_state(args.state)
         if state is None:
-            state = {"job": args.job, "rollouts": []}
-            for i in range(args.rollouts):
-                # The key makes the create safe to retry: a trainer killed
-                # here gets the same rollout when it starts again.
-                ro = await client.create_rollout(rollout_spec(args), idempotency_key="%s/%d" % (args.job, i))
-                state["rollouts"].append(ro.id)
-                save_state(args.state, state)
-                print("created rollout %s" % ro.id, flush=True)
+            # A run of its own: the idempotency keys below are this run's,
+            # so the job's name can be used again once its rollouts are
+            # deleted (a key names the rollout it made, deleted or not).
+            state = {"job": args.job, "run": secrets.token_hex(6), "rollouts": []}
+            save_state(args.state, state)
         else:
             print("reconnecting to %d rollouts of job %s" % (len(state["rollouts"]), state["job"]), flush=True)
             await resume_job(client, state["job"])
+        for i in range(len(state["rollouts"]), args.rollouts):
+            # The key makes the create safe to retry: a trainer killed
+            # here gets the same rollout when it starts again.
+            key = "%s/%s/%d" % (args.job, state["run"], i)
+            ro = await client.create_rollout(rollout_spec(args), idempotency_key=key)
+            state["rollouts"].append(ro.id)
+            save_state(args.state, state)
+            print("created rollout %s" % ro.id, flush=True)
         rollouts = [await client.rollout(id) for id in state["rollouts"]]
         for ro in rollouts:
             await ensure_worker(ro)
