@@ -189,6 +189,8 @@ type sandboxRound struct {
 	// Through the API: Get, an exec of `true` running, Pause, and an exec
 	// of `true` on the paused sandbox (resumed by it).
 	apiGet, apiExec, apiPause, apiResumeExec time.Duration
+	// stopped is the keeper's own time to stop it (PauseInfo.Stopped).
+	stopped time.Duration
 }
 
 // sandboxRound makes a sandbox holding mib MiB, measures it and deletes it.
@@ -246,10 +248,11 @@ func (b *bench) sandboxRound(ctx context.Context, mib int) (r sandboxRound, err 
 	res0 := readInt(filepath.Join(cg.mem, "memory.usage_in_bytes"))
 	swap0 := swapUsed()
 	t0 := time.Now()
-	if _, err := b.kc.Pause(ctx, sb.ID, false); err != nil {
+	pi, err := b.kc.Pause(ctx, sb.ID, false)
+	if err != nil {
 		return r, err
 	}
-	r.pause = time.Since(t0)
+	r.pause, r.stopped = time.Since(t0), pi.Stopped
 	r.out90, err = waitFor(ctx, t0, func() bool {
 		return readInt(filepath.Join(cg.mem, "memory.usage_in_bytes")) <= res0-size*9/10
 	})
@@ -803,6 +806,8 @@ func summarize(mib int, sbs []sandboxRound, raws []rawRound) SizeResult {
 	s.ExecMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.exec })
 	s.RPCMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.rpc })
 	s.SwapGrowMiB = medianF(sbs, func(r sandboxRound) float64 { return r.swapGrow })
+	s.StoppedMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.stopped })
+	s.StoppedRatio = s.StoppedMs / s.RawFreezeMs
 	s.APIGetMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.apiGet })
 	s.APIExecMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.apiExec })
 	s.APIPauseMs = msMedian(sbs, func(r sandboxRound) time.Duration { return r.apiPause })

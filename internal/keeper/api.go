@@ -190,6 +190,11 @@ type PauseInfo struct {
 	// Warning says why memory stayed in RAM after the last pause: no swap
 	// on the node, the swap full, locked pages.
 	Warning string `json:"warning,omitempty"`
+	// Stopped, in the reply of the pause that stopped the sandbox, is how
+	// long the keeper took to (record and) stop its processes, from the
+	// request's arrival at the sandbox to its group frozen: the pause
+	// without the call's transport.
+	Stopped time.Duration `json:"stopped_ns,omitempty"`
 }
 
 // NSID names a namespace: the device and inode of its nsfs file.

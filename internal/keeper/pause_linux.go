@@ -103,7 +103,10 @@ func (k *Keeper) pause(ctx context.Context, id string, wait bool) (info PauseInf
 		return PauseInfo{}, nil, err
 	}
 	b.op.Lock()
+	did := !b.snapshot().Paused
+	t0 := time.Now()
 	start, err = k.pauseLocked(b, p)
+	stopped := time.Since(t0)
 	b.op.Unlock()
 	if err != nil {
 		return PauseInfo{}, nil, err
@@ -119,6 +122,9 @@ func (k *Keeper) pause(ctx context.Context, id string, wait bool) (info PauseInf
 	if err != nil && start != nil {
 		start()
 		start = nil
+	}
+	if did {
+		info.Stopped = stopped
 	}
 	return info, start, err
 }

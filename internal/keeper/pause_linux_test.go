@@ -131,8 +131,8 @@ func TestCorePauseResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := c.Pause(ctx, id, true)
-	if err != nil || !p.Paused || p.Moving || p.Resident != 1 || p.Swapped != 2 {
-		t.Fatalf("Pause(wait) = %+v, %v; want paused, moved, the driver's figures", p, err)
+	if err != nil || !p.Paused || p.Moving || p.Resident != 1 || p.Swapped != 2 || p.Stopped <= 0 {
+		t.Fatalf("Pause(wait) = %+v, %v; want paused, moved, the driver's figures, the time to stop it", p, err)
 	}
 	if !stopped(t, info.Pid) {
 		t.Errorf("init %d is not stopped after Pause", info.Pid)
@@ -143,8 +143,8 @@ func TestCorePauseResume(t *testing.T) {
 	if s, err := c.Status(ctx, id); err != nil || !s.Paused {
 		t.Errorf("Status after Pause = %+v, %v; want paused", s, err)
 	}
-	if p, err := c.Pause(ctx, id, false); err != nil || !p.Paused {
-		t.Errorf("Pause of a paused sandbox = %+v, %v; want it as it is", p, err)
+	if p, err := c.Pause(ctx, id, false); err != nil || !p.Paused || p.Stopped != 0 {
+		t.Errorf("Pause of a paused sandbox = %+v, %v; want it as it is, no time to stop it", p, err)
 	}
 	err = c.StartExec(ctx, ExecRequest{Sandbox: id, Spec: ExecSpec{ID: "no", Argv: []string{"true"}}})
 	if !errdefs.Is(err, errdefs.ErrFailedPrecondition) {
