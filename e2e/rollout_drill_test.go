@@ -223,7 +223,7 @@ func TestRolloutPreemptionDrill(t *testing.T) {
 			t.Errorf("rollout %s's status = %v, want done after %d steps", id, ro.Status, drillSteps)
 		}
 		agent := ro.Member("agent")
-		effects, err := agent.ReadFile(ctx, "/work/effects.log")
+		effects, err := agent.ReadFile(ctx, "/workspace/effects.log")
 		if err != nil || string(effects) != want.String() {
 			t.Errorf("rollout %s: the agent's side effects = %q, %v; want each of %d steps once: %q", id, effects, err, drillSteps, want.String())
 		}

@@ -15,7 +15,7 @@ preemption hook: dsec pause -l job=demo), reconnects to its rollouts by ID
 and waits for them without running any completed step again.
 
 The stub policy is a scripted agent: step i appends "i" to
-/work/effects.log in the agent's sandbox (a side effect that must happen
+/workspace/effects.log in the agent's sandbox (a side effect that must happen
 once per step) and records a word count, then the answer is the last
 count. --step-seconds makes each step take that long (sleep), --think-
 seconds makes the policy that slow to answer (a model thinking).
@@ -53,8 +53,8 @@ def policy(history, steps, step_seconds):
     if i >= steps:
         last = history[-1]["stdout"].strip() if history else ""
         return {"done": True, "answer": last}
-    cmd = ("mkdir -p /work && echo %d >> /work/effects.log && sleep %g && "
-           "wc -l < /work/effects.log" % (i, step_seconds))
+    cmd = ("mkdir -p /workspace && echo %d >> /workspace/effects.log && sleep %g && "
+           "wc -l < /workspace/effects.log" % (i, step_seconds))
     return {"done": False, "command": cmd}
 
 

@@ -18,14 +18,14 @@ var updateV6Steps = flag.Bool("update-v6-steps", false, "rewrite testdata/v6/*.s
 // same protocol are pinned in files of their own.
 var v6StepMessages = map[string]any{
 	"exec.start.stepkey.json": ExecRequest{Sandbox: "n1-abc", Spec: ExecSpec{
-		ID: "xq2m7tkk4dhvqzrd", Argv: []string{"/bin/sh", "-c", "echo 1 >> /work/effects"},
-		Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/work", StepKey: "rollout-7/step-3",
+		ID: "xq2m7tkk4dhvqzrd", Argv: []string{"/bin/sh", "-c", "echo 1 >> /workspace/effects"},
+		Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/workspace", StepKey: "rollout-7/step-3",
 	}},
-	"execinfo.stepkey.json": ExecInfo{ID: "xq2m7tkk4dhvqzrd", Argv: []string{"/bin/sh", "-c", "echo 1 >> /work/effects"},
+	"execinfo.stepkey.json": ExecInfo{ID: "xq2m7tkk4dhvqzrd", Argv: []string{"/bin/sh", "-c", "echo 1 >> /workspace/effects"},
 		Started:     time.Date(2026, 12, 3, 1, 0, 0, 0, time.UTC),
 		Exit:        &ExitStatus{Code: 0, Started: time.Date(2026, 12, 3, 1, 0, 0, 0, time.UTC), Ended: time.Date(2026, 12, 3, 1, 0, 1, 0, time.UTC)},
 		StdoutBytes: 0, StderrBytes: 0, StepKey: "rollout-7/step-3"},
-	"exec.spec.stepkey.json": journalEntry{ID: "xq2m7tkk4dhvqzrd", Argv: []string{"/bin/sh", "-c", "echo 1 >> /work/effects"},
+	"exec.spec.stepkey.json": journalEntry{ID: "xq2m7tkk4dhvqzrd", Argv: []string{"/bin/sh", "-c", "echo 1 >> /workspace/effects"},
 		Started: time.Date(2026, 12, 3, 1, 0, 0, 0, time.UTC), StepKey: "rollout-7/step-3"},
 }
 
