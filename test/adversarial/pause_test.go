@@ -2,6 +2,7 @@ package adversarial
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,14 +13,16 @@ import (
 	"github.com/dsecproject/dsec/internal/keeper"
 	"github.com/dsecproject/dsec/internal/swap/swaptest"
 	"github.com/dsecproject/dsec/sdk/go/dsec"
+	"golang.org/x/sys/unix"
 )
 
 // Attacks on pause (issue 15) by the code in the sandbox being paused:
 // resisting or outrunning the freeze, keeping its memory resident, and
-// filling the node's swap. The edge's API for pause is not on this
-// branch yet, so the tests pause through the node keeper of the shared
-// platform (its state dir), and read the sandbox's files from the host
-// through its init's root, so that nothing they do resumes it.
+// filling the node's swap, and reaching the pause's record. The tests
+// pause through the node keeper of the shared platform (its state dir),
+// and read the sandbox's files from the host through its init's root, so
+// that nothing they do resumes it (the edge's API resumes on any file
+// operation).
 
 // pauseKeeper returns a client of the shared platform's keeper.
 func pauseKeeper(t *testing.T) *keeper.Client {
@@ -267,4 +270,83 @@ func swapFree(t *testing.T) int64 {
 	}
 	t.Fatal("no SwapFree in /proc/meminfo")
 	return 0
+}
+
+// TestPauseMarkOutOfReach: the record of a pause is an extended attribute
+// of the sandbox's cgroup (trusted.dsec.paused), which a restarted keeper
+// obeys by freezing the group. A sandbox that could set it on another
+// sandbox's group would have that sandbox frozen at the next keeper
+// start. From inside, as the sandbox's root, it tries on every cgroup
+// directory it can see or mount: none takes it, and the other sandbox's
+// group has no mark until the platform pauses it (which shows the check
+// reads the right place).
+func TestPauseMarkOutOfReach(t *testing.T) {
+	Env(t)
+	t.Parallel()
+	kc := pauseKeeper(t)
+	attacker := NewSandbox(t, dsec.CreateOptions{})
+	victim := NewSandbox(t, dsec.CreateOptions{})
+	InstallProbe(t, attacker)
+	got := probe(t, attacker, "mark", "trusted.dsec.paused", "freezer", "memory", "cpu,cpuacct", "pids")
+	for k, v := range got {
+		if strings.HasPrefix(k, "set:") || strings.HasPrefix(k, "mount:") && v == "ok" {
+			t.Errorf("from inside: %s %s", k, v)
+		}
+	}
+	t.Logf("from inside: %v", got)
+	if got["tried"] == "" {
+		t.Errorf("the probe tried no directory: %v", got)
+	}
+	marked := func() bool {
+		t.Helper()
+		info, err := kc.Status(Ctx(t, time.Minute), victim.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := hostCgroup2Dir(t, info.Pid)
+		_, err = unix.Getxattr(dir, "trusted.dsec.paused", make([]byte, 16))
+		if err != nil && !errors.Is(err, unix.ENODATA) {
+			t.Fatalf("getxattr %s: %v", dir, err)
+		}
+		return err == nil
+	}
+	if marked() {
+		t.Errorf("the running sandbox %s is marked paused after the attack", victim.ID)
+	}
+	pauseAndWait(t, kc, victim.ID)
+	if !marked() {
+		t.Errorf("the paused sandbox %s has no mark: the check reads the wrong place", victim.ID)
+	}
+	resume(t, kc, victim.ID)
+	if marked() {
+		t.Errorf("the resumed sandbox %s is still marked paused", victim.ID)
+	}
+}
+
+// hostCgroup2Dir is process pid's cgroup2 directory on the host.
+func hostCgroup2Dir(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			rel = p
+		}
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mi), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if ok && strings.HasPrefix(post, "cgroup2 ") && len(f) > 4 && f[3] == "/" {
+			return filepath.Join(f[4], rel)
+		}
+	}
+	t.Fatal("no cgroup2 mount on the host")
+	return ""
 }

@@ -36,6 +36,7 @@ var commands = map[string]func(args []string) error{
 	"hijack":   hijackCmd,
 	"memhold":  memholdCmd,
 	"api":      apiCmd,
+	"mark":     markCmd,
 }
 
 func main() {
